@@ -1,0 +1,11 @@
+"""Provider-level flags of the fake backend."""
+
+from dataclasses import dataclass, field
+
+
+@dataclass(frozen=True)
+class Options:
+    store_file: str | None = field(
+        default=None,
+        metadata={"help": "YAML/JSON file with the fake store's secrets (re-read when it changes)"},
+    )

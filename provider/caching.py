@@ -1,0 +1,119 @@
+"""Expiring, bounded caches with single-flight loading.
+
+One structure serves credentials (Vault tokens, STS credentials, access tokens: kept until
+shortly before they expire) and secret values (`--cache-ttl`). Concurrent callers asking for the
+same key while a load is in flight share that one load, whether or not the result is then kept:
+this is what turns 500 simultaneous pod starts into one login and one read.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections import OrderedDict
+from collections.abc import Awaitable, Callable, Hashable
+from dataclasses import dataclass
+from typing import Generic, TypeVar
+
+T = TypeVar("T")
+
+
+@dataclass
+class _Entry(Generic[T]):
+    value: T
+    expires: float
+    size: int
+
+
+class ExpiringCache(Generic[T]):
+    """LRU cache whose entries carry their own lifetime, bounded in entries and bytes."""
+
+    def __init__(
+        self,
+        *,
+        max_entries: int = 10_000,
+        max_bytes: int | None = None,
+        size_of: Callable[[T], int] = lambda _v: 0,
+        clock: Callable[[], float] = time.monotonic,
+        on_event: Callable[[str], None] | None = None,
+    ) -> None:
+        self._entries: OrderedDict[Hashable, _Entry[T]] = OrderedDict()
+        self._inflight: dict[Hashable, asyncio.Future[T]] = {}
+        self._max_entries = max_entries
+        self._max_bytes = max_bytes
+        self._size_of = size_of
+        self._bytes = 0
+        self._clock = clock
+        # "hit", "miss", "coalesced", "evicted": counted by the owner into metrics.
+        self._on_event = on_event or (lambda _e: None)
+
+    def __len__(self) -> int:
+        return len(self._entries)
+
+    def get(self, key: Hashable) -> T | None:
+        entry = self._entries.get(key)
+        if entry is None:
+            return None
+        if entry.expires <= self._clock():
+            self._drop(key)
+            return None
+        self._entries.move_to_end(key)
+        return entry.value
+
+    def put(self, key: Hashable, value: T, ttl: float) -> None:
+        if ttl <= 0:
+            return
+        self._drop(key)
+        size = self._size_of(value)
+        if self._max_bytes is not None and size > self._max_bytes:
+            return
+        self._entries[key] = _Entry(value, self._clock() + ttl, size)
+        self._bytes += size
+        while len(self._entries) > self._max_entries or (
+            self._max_bytes is not None and self._bytes > self._max_bytes
+        ):
+            oldest = next(iter(self._entries))
+            self._drop(oldest)
+            self._on_event("evicted")
+
+    def invalidate(self, key: Hashable, stale: T | None = None) -> None:
+        """Forget `key` — only if it still holds `stale`, when given.
+
+        Several callers that saw the same credential rejected all invalidate it; the check keeps
+        the first caller's fresh replacement from being thrown away by the others.
+        """
+        entry = self._entries.get(key)
+        if entry is not None and (stale is None or entry.value is stale):
+            self._drop(key)
+
+    async def get_or_load(self, key: Hashable, load: Callable[[], Awaitable[tuple[T, float]]]) -> T:
+        """The cached value, or the result of one shared `load()` returning (value, ttl)."""
+        cached = self.get(key)
+        if cached is not None:
+            self._on_event("hit")
+            return cached
+        pending = self._inflight.get(key)
+        if pending is not None:
+            self._on_event("coalesced")
+            return await asyncio.shield(pending)
+        self._on_event("miss")
+        future: asyncio.Future[T] = asyncio.get_running_loop().create_future()
+        self._inflight[key] = future
+        try:
+            value, ttl = await load()
+        except BaseException as exc:
+            future.set_exception(exc)
+            # Nobody else may be waiting; retrieve it so asyncio does not log "never retrieved".
+            future.exception()
+            raise
+        else:
+            self.put(key, value, ttl)
+            future.set_result(value)
+            return value
+        finally:
+            del self._inflight[key]
+
+    def _drop(self, key: Hashable) -> None:
+        entry = self._entries.pop(key, None)
+        if entry is not None:
+            self._bytes -= entry.size

@@ -1,0 +1,130 @@
+"""The one error hierarchy of secrets-bridge, and its single mapping to gRPC status codes.
+
+    BridgeError                      (base; never raised itself)
+     ├── InvalidParameters           INVALID_ARGUMENT   the SecretProviderClass or request is wrong
+     ├── LimitExceeded               RESOURCE_EXHAUSTED the answer would exceed a configured limit
+     ├── MissingCredential           FAILED_PRECONDITION no pod token / credentials for the store
+     ├── PermissionDenied            PERMISSION_DENIED  the store or our policy refused the pod
+     ├── NotFound                    NOT_FOUND          the object does not exist in the store
+     ├── StoreUnavailable            UNAVAILABLE        transient: unreachable, 5xx, throttled
+     ├── DeadlineExceeded            DEADLINE_EXCEEDED  the request's deadline passed
+     └── MountFailed                 (code of its most actionable part) several objects failed
+
+Anything that is not a BridgeError becomes INTERNAL with a fixed text; the traceback goes to the
+log only (see provider/server.py). Backends translate their SDK's exceptions into this tree in
+exactly one place each, so messages can name the object, store and identity without ever
+carrying secret material. `scrub` is applied to any text that came from a store.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Sequence
+
+import grpc
+
+INTERNAL_TEXT = "internal error in secrets-bridge; see the provider's log for details"
+
+
+class BridgeError(Exception):
+    """Base class; `code` is the gRPC status this error is reported with."""
+
+    code: grpc.StatusCode = grpc.StatusCode.INTERNAL
+    #: Whether retrying the same call later may succeed.
+    transient: bool = False
+
+    def __init__(self, message: str) -> None:
+        super().__init__(message)
+        self.message = message
+
+    def __str__(self) -> str:
+        return self.message
+
+
+class InvalidParameters(BridgeError):
+    """Bad SecretProviderClass parameters or request fields; lists every problem at once."""
+
+    code = grpc.StatusCode.INVALID_ARGUMENT
+
+    def __init__(self, problems: Sequence[str] | str) -> None:
+        self.problems = [problems] if isinstance(problems, str) else list(problems)
+        if len(self.problems) == 1:
+            text = self.problems[0]
+        else:
+            text = f"{len(self.problems)} problems: " + "; ".join(self.problems)
+        super().__init__(text)
+
+
+class LimitExceeded(BridgeError):
+    code = grpc.StatusCode.RESOURCE_EXHAUSTED
+
+
+class MissingCredential(BridgeError):
+    code = grpc.StatusCode.FAILED_PRECONDITION
+
+
+class PermissionDenied(BridgeError):
+    code = grpc.StatusCode.PERMISSION_DENIED
+
+
+class NotFound(BridgeError):
+    code = grpc.StatusCode.NOT_FOUND
+
+
+class StoreUnavailable(BridgeError):
+    code = grpc.StatusCode.UNAVAILABLE
+    transient = True
+
+    def __init__(self, message: str, *, retry_after: float | None = None) -> None:
+        super().__init__(message)
+        #: Seconds the store asked us to wait (Retry-After), if it said.
+        self.retry_after = retry_after
+
+
+class DeadlineExceeded(BridgeError):
+    code = grpc.StatusCode.DEADLINE_EXCEEDED
+
+
+# When several objects fail differently, report the code a user can act on first: a typo or a
+# denial will not heal by itself, so it wins over "unavailable", which the driver retries.
+_PRIORITY = [
+    grpc.StatusCode.INVALID_ARGUMENT,
+    grpc.StatusCode.FAILED_PRECONDITION,
+    grpc.StatusCode.PERMISSION_DENIED,
+    grpc.StatusCode.NOT_FOUND,
+    grpc.StatusCode.RESOURCE_EXHAUSTED,
+    grpc.StatusCode.INTERNAL,
+    grpc.StatusCode.DEADLINE_EXCEEDED,
+    grpc.StatusCode.UNAVAILABLE,
+]
+
+
+class MountFailed(BridgeError):
+    """Several per-object failures gathered into one message (all or nothing)."""
+
+    def __init__(self, failures: Sequence[tuple[str, BridgeError]]) -> None:
+        self.failures = list(failures)
+        codes = {err.code for _, err in failures}
+        self.code = min(codes, key=_PRIORITY.index) if codes else grpc.StatusCode.INTERNAL
+        self.transient = all(err.transient for _, err in failures)
+        parts = [f"object {name!r}: {err}" for name, err in failures]
+        super().__init__(f"{len(parts)} of the requested objects failed: " + "; ".join(parts))
+
+
+# Things that look like credentials in a store's error text: JWTs, Vault/OpenBao tokens, bearer
+# headers, AWS access key ids and secrets. Stores rarely echo them, but a proxy page might.
+_SECRETISH = re.compile(
+    r"(eyJ[\w-]{8,}\.[\w-]{8,}\.[\w-]*"
+    r"|\b(?:hv|hb)[sbr]\.[\w-]{10,}"
+    r"|\bs\.[A-Za-z0-9]{20,}"
+    r"|(?i:bearer)\s+[\w.~+/=-]+"
+    r"|\b(?:AKIA|ASIA)[A-Z0-9]{12,}"
+    r"|[A-Za-z0-9+/]{40,}={0,2})"
+)
+MAX_STORE_TEXT = 240
+
+
+def scrub(text: object, limit: int = MAX_STORE_TEXT) -> str:
+    """Store error text made safe for a pod event: credentials masked, length bounded."""
+    cleaned = _SECRETISH.sub("[redacted]", " ".join(str(text).split()))
+    return cleaned if len(cleaned) <= limit else cleaned[: limit - 1] + "…"

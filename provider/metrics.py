@@ -1,0 +1,87 @@
+"""Prometheus metrics of one provider process, on a registry of its own (no global state).
+
+Labels never carry secret material: only backend names, operations, outcomes and gRPC codes.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+
+from prometheus_client import CollectorRegistry, Counter, Histogram, generate_latest
+
+_LATENCY_BUCKETS = (0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30)
+
+
+class Metrics:
+    def __init__(self) -> None:
+        self.registry = CollectorRegistry()
+        r = self.registry
+        self.mount_requests = Counter(
+            "secrets_bridge_mount_requests",
+            "Mount requests by backend and gRPC code",
+            ["backend", "code"],
+            registry=r,
+        )
+        self.mount_duration = Histogram(
+            "secrets_bridge_mount_duration_seconds",
+            "Mount latency by backend",
+            ["backend"],
+            buckets=_LATENCY_BUCKETS,
+            registry=r,
+        )
+        self.backend_calls = Counter(
+            "secrets_bridge_backend_calls",
+            "Calls to a store by backend, operation and outcome",
+            ["backend", "operation", "outcome"],
+            registry=r,
+        )
+        self.backend_duration = Histogram(
+            "secrets_bridge_backend_call_duration_seconds",
+            "Store call latency",
+            ["backend", "operation"],
+            buckets=_LATENCY_BUCKETS,
+            registry=r,
+        )
+        self.cache_events = Counter(
+            "secrets_bridge_cache_events",
+            "Cache events (hit, miss, coalesced, evicted) by cache",
+            ["cache", "event"],
+            registry=r,
+        )
+        self.retries = Counter(
+            "secrets_bridge_retries",
+            "Retried store calls by backend and reason",
+            ["backend", "reason"],
+            registry=r,
+        )
+
+    def cache_counter(self, cache: str) -> _CacheCounter:
+        return _CacheCounter(self, cache)
+
+    @contextmanager
+    def backend_call(self, backend: str, operation: str) -> Iterator[None]:
+        """Count and time one store call; the outcome is the exception type or "ok"."""
+        start = time.perf_counter()
+        outcome = "ok"
+        try:
+            yield
+        except BaseException as exc:
+            outcome = type(exc).__name__
+            raise
+        finally:
+            self.backend_calls.labels(backend, operation, outcome).inc()
+            self.backend_duration.labels(backend, operation).observe(time.perf_counter() - start)
+
+    def render(self) -> bytes:
+        return generate_latest(self.registry)
+
+
+class _CacheCounter:
+    def __init__(self, metrics: Metrics, cache: str) -> None:
+        self._metrics = metrics
+        self._cache = cache
+
+    def __call__(self, event: str) -> None:
+        self._metrics.cache_events.labels(self._cache, event).inc()

@@ -1,0 +1,126 @@
+"""Provider settings: the `serve` flags, grouped in frozen dataclasses.
+
+Each flag can also come from the environment as SECRETS_BRIDGE_<FLAG> (`--cache-ttl` ->
+SECRETS_BRIDGE_CACHE_TTL); a flag on the command line wins. Backend-specific flags are declared
+by each backend in `backends/<name>/options.py` as a frozen dataclass and registered here
+generically: field `addr` of backend `vault` becomes `--vault-addr` / SECRETS_BRIDGE_VAULT_ADDR
+(plus any extra environment names the field lists in metadata["env"], e.g. VAULT_ADDR).
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import os
+import types
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any, Literal, Union, get_args, get_origin, get_type_hints
+
+ENV_PREFIX = "SECRETS_BRIDGE_"
+DEFAULT_SOCKET = "/var/run/secrets-store-csi-providers/secrets-bridge.sock"
+
+
+@dataclass(frozen=True)
+class CoreSettings:
+    """Behaviour shared by every backend."""
+
+    #: Seconds a fetched secret value is reused for the same identity and object (0 = off).
+    cache_ttl: float = 0.0
+    #: Seconds an AWS value may be confirmed by DescribeSecret instead of re-read (0 = off).
+    revalidate_max_age: float = 600.0
+    #: "serviceaccount" or "pod": the granularity of the identity key of every cache.
+    cache_scope: Literal["serviceaccount", "pod"] = "serviceaccount"
+    #: Namespaces whose pods may use the node's own identity (empty = none).
+    allow_node_identity_namespaces: frozenset[str] = frozenset()
+    #: Mint pod tokens through the TokenRequest API when the driver passed none.
+    token_request_fallback: bool = False
+    max_objects: int = 100
+    max_response_bytes: int = 4 * 1024 * 1024
+    enable_fake_backend: bool = False
+    fake_store_file: str | None = None
+    #: Kubernetes API server URL for the few API reads (default: in-cluster, then kubeconfig).
+    kube_api_url: str | None = None
+
+
+@dataclass(frozen=True)
+class ServeSettings:
+    socket: str = DEFAULT_SOCKET
+    health_addr: str = "0.0.0.0:8098"
+    log_level: str = "info"
+    log_format: Literal["json", "text"] = "json"
+    #: Seconds in-flight mounts may take to finish after SIGTERM.
+    grace_period: float = 10.0
+    hmac_key_file: str | None = None
+    core: CoreSettings = field(default_factory=CoreSettings)
+    #: Backend name -> that backend's Options instance.
+    backend_options: Mapping[str, Any] = field(default_factory=dict)
+
+
+def env_name(flag: str) -> str:
+    return ENV_PREFIX + flag.lstrip("-").replace("-", "_").upper()
+
+
+def env_default(flag: str, default: Any, extra_env: tuple[str, ...] = ()) -> Any:
+    """The flag's default, overridden by its environment variable(s) when set."""
+    for name in (env_name(flag), *extra_env):
+        value = os.environ.get(name)
+        if value is not None and value != "":
+            return value
+    return default
+
+
+def parse_bool(text: str | bool) -> bool:
+    if isinstance(text, bool):
+        return text
+    lowered = text.strip().lower()
+    if lowered in ("1", "true", "yes", "on"):
+        return True
+    if lowered in ("0", "false", "no", "off", ""):
+        return False
+    raise argparse.ArgumentTypeError(f"expected true or false, got {text!r}")
+
+
+def _scalar_type(hint: Any) -> Any:
+    """The scalar type of a field hint, unwrapping `X | None`."""
+    if get_origin(hint) in (Union, types.UnionType):
+        args = [a for a in get_args(hint) if a is not type(None)]
+        return args[0]
+    return hint
+
+
+def add_options_flags(parser: argparse.ArgumentParser, prefix: str, options_cls: type) -> None:
+    """Register one flag per field of a backend's Options dataclass."""
+    group = parser.add_argument_group(f"{prefix} backend")
+    hints = get_type_hints(options_cls)
+    for f in dataclasses.fields(options_cls):
+        flag = f"--{prefix}-{f.name.replace('_', '-')}"
+        kind = _scalar_type(hints[f.name])
+        extra_env = tuple(f.metadata.get("env", ()))
+        default = env_default(flag, f.default, extra_env)
+        help_text = f.metadata.get("help", "") + f" (env {env_name(flag)})"
+        if kind is bool:
+            group.add_argument(
+                flag,
+                dest=f"{prefix}__{f.name}",
+                type=parse_bool,
+                nargs="?",
+                const=True,
+                default=parse_bool(default),
+                help=help_text,
+            )
+        else:
+            group.add_argument(
+                flag, dest=f"{prefix}__{f.name}", type=kind, default=default, help=help_text
+            )
+
+
+def options_from_args(args: argparse.Namespace, prefix: str, options_cls: type) -> Any:
+    values = {f.name: getattr(args, f"{prefix}__{f.name}") for f in dataclasses.fields(options_cls)}
+    # argparse applies `type` to string defaults only; coerce environment-provided values too.
+    hints = get_type_hints(options_cls)
+    for name, value in values.items():
+        kind = _scalar_type(hints[name])
+        if isinstance(value, str) and kind in (int, float):
+            values[name] = kind(value)
+    return options_cls(**values)
