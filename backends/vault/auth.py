@@ -1,0 +1,126 @@
+"""Logging in to Vault as the pod, and keeping its Vault token while it lives.
+
+`auth/<mount>/login` with `{role, jwt}` serves both the kubernetes and the jwt auth methods. The
+token is cached in `env.credentials` under the identity key (address, namespace, mount, role,
+audience, pod scope) until `token_renew_margin` of its lease is left, so a rollout of many pods
+of one service account logs in once. A read refused with 403 on a cached token may mean the token
+was revoked: `relogin` replaces it once, shared by every concurrent caller that saw it refused.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from dataclasses import dataclass, field
+
+from backends.base import BackendEnv, FetchContext, Identity
+from backends.vault.client import Reply, VaultHTTP, status_error
+from backends.vault.params import VaultStore
+from provider.errors import BridgeError, PermissionDenied, StoreUnavailable
+from provider.retrying import retry_transient
+
+#: How long a token without a lease (no expiry) is kept: policy changes show within this time.
+NO_LEASE_TTL = 300.0
+
+
+@dataclass(frozen=True)
+class VaultToken:
+    token: str = field(repr=False)
+    lease_seconds: float = 0.0
+    #: time.monotonic() of the login; a 403 on a token this fresh is a real denial.
+    obtained: float = 0.0
+
+
+class Authenticator:
+    def __init__(self, env: BackendEnv, http: VaultHTTP, margin: float) -> None:
+        self._env = env
+        self._http = http
+        self._margin = min(max(margin, 0.0), 0.9)
+
+    async def token(self, store: VaultStore, identity: Identity, ctx: FetchContext) -> VaultToken:
+        async def load() -> tuple[VaultToken, float]:
+            return await retry_transient(
+                lambda: self._login(store, identity, ctx), ctx, on_retry=self._count_retry
+            )
+
+        token: VaultToken = await self._env.credentials.get_or_load(identity.key, load)
+        return token
+
+    async def relogin(
+        self, store: VaultStore, identity: Identity, stale: VaultToken, ctx: FetchContext
+    ) -> VaultToken:
+        """A fresh token after `stale` was refused; concurrent callers share one login."""
+        self._env.credentials.invalidate(identity.key, stale)
+        return await self.token(store, identity, ctx)
+
+    async def _login(
+        self, store: VaultStore, identity: Identity, ctx: FetchContext
+    ) -> tuple[VaultToken, float]:
+        path = f"auth/{store.mount}/login"
+        body = json.dumps({"role": store.role, "jwt": identity.credential})
+        with self._env.metrics.backend_call("vault", "login"):
+            reply = await self._http.request(
+                store.address,
+                store.tls,
+                "POST",
+                path,
+                deadline=ctx.deadline,
+                namespace=store.namespace,
+                body=body,
+            )
+        if reply.status != 200:
+            raise login_error(reply, store, identity)
+        auth = reply.json().get("auth") or {}
+        client_token = auth.get("client_token")
+        if not isinstance(client_token, str) or not client_token:
+            raise StoreUnavailable(
+                f"Vault at {store.address} answered the login at {path} without a token"
+            )
+        lease = float(auth.get("lease_duration") or 0)
+        ttl = lease * (1 - self._margin) if lease > 0 else NO_LEASE_TTL
+        return VaultToken(client_token, lease, time.monotonic()), ttl
+
+    def _count_retry(self, exc: BaseException) -> None:
+        self._env.metrics.retries.labels("vault", type(exc).__name__).inc()
+
+
+def login_error(reply: Reply, store: VaultStore, identity: Identity) -> BridgeError:
+    """A refused login (400 or 403) is a denial naming role, mount, audience and likely cause."""
+    doing = (
+        f"login of {identity.subject} to Vault at {store.address} as role {store.role!r} "
+        f"via auth/{store.mount} (token audience {store.audience!r}"
+        + (f", namespace {store.namespace!r})" if store.namespace else ")")
+    )
+    if reply.status not in (400, 401, 403):
+        return status_error(reply, doing, denied="")
+    why = reply.errors()
+    return PermissionDenied(
+        f"{doing} was refused (HTTP {reply.status}: {why}); {_cause(why, store, identity)}"
+    )
+
+
+def _cause(why: str, store: VaultStore, identity: Identity) -> str:
+    text = why.lower()
+    if "audience" in text or "aud" in text.split():
+        return (
+            f"likely cause: the role does not accept audience {store.audience!r}; set the "
+            "class's `audience` to one of the role's bound audiences (or add it to the role)"
+        )
+    if "could not be found" in text or ("role" in text and "not found" in text):
+        return f"likely cause: there is no role {store.role!r} at auth/{store.mount}"
+    if any(s in text for s in ("subject", "not authorized", "service account", "bound")):
+        return (
+            f"likely cause: role {store.role!r} is not bound to service account "
+            f"{identity.subject}; bind it in the role, or use a role that is"
+        )
+    if "permission denied" in text:
+        return (
+            f"likely cause: no auth method is mounted at auth/{store.mount} (check "
+            "vaultAuthMountPath), or the Vault namespace is wrong"
+        )
+    if any(s in text for s in ("signature", "verify", "token review", "tokenreview", "expired")):
+        return (
+            "likely cause: the auth method cannot verify the pod's token (check its "
+            "jwt_validation_pubkeys / kubernetes_host configuration, and the token's expiry)"
+        )
+    return "check the role's bindings, the auth mount and the audience"

@@ -1,0 +1,196 @@
+"""The Vault/OpenBao backend: identity from the pod's token, reads through the HTTP API.
+
+Each unique ref (path, query, method, body) is requested once per fetch, concurrently. Reads
+that fail return that ref's error; only a refused login fails the whole call. A 403 on a cached
+token triggers one shared re-login and one more attempt, as vault-csi-provider does, because the
+token may have been revoked since it was cached.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import time
+from collections.abc import Hashable, Mapping, Sequence
+from typing import Any
+
+from backends.base import (
+    BackendEnv,
+    FetchContext,
+    Fetched,
+    Identity,
+    Pod,
+    SecretValue,
+    StorePlan,
+    identity_key,
+)
+from backends.vault.auth import Authenticator, VaultToken
+from backends.vault.client import Reply, VaultHTTP, status_error
+from backends.vault.params import VaultRef, VaultStore
+from provider.errors import BridgeError, InvalidParameters, NotFound
+from provider.identity import pod_scope, pod_token
+from provider.retrying import retry_transient
+
+_KV2_HINT = "Invalid path for a versioned K/V"
+
+
+class VaultBackend:
+    name = "vault"
+
+    def __init__(self, env: BackendEnv) -> None:
+        self._env = env
+        options = env.options
+        self._http = VaultHTTP(
+            max_connections=getattr(options, "max_connections", 64),
+            # A little above the response limit: the core reports the exact overflow itself.
+            max_body_bytes=env.core.max_response_bytes + 64 * 1024,
+        )
+        self._auth = Authenticator(env, self._http, getattr(options, "token_renew_margin", 0.2))
+
+    async def identify(self, plan: StorePlan, pod: Pod) -> Identity:
+        store = _store(plan)
+        jwt = await pod_token(self._env, pod, store.audience)
+        key = identity_key(
+            "vault",
+            store.address,
+            store.namespace or "-",
+            store.mount,
+            store.role,
+            store.audience,
+            pod_scope(self._env, pod),
+        )
+        return Identity(key=key, subject=pod.subject, credential=jwt)
+
+    async def fetch(
+        self, plan: StorePlan, identity: Identity, refs: Sequence[Hashable], ctx: FetchContext
+    ) -> Mapping[Hashable, Fetched]:
+        store = _store(plan)
+        started = time.monotonic()
+        token = await self._auth.token(store, identity, ctx)
+        names = _object_names(plan)
+        outcomes = await asyncio.gather(
+            *(self._read(store, identity, token, ref, names, ctx, started) for ref in refs),
+            return_exceptions=True,
+        )
+        results: dict[Hashable, Fetched] = {}
+        for ref, outcome in zip(refs, outcomes, strict=True):
+            if isinstance(outcome, BaseException):
+                # Only a refused re-login (or a bug) gets here: it fails the whole Mount.
+                raise outcome
+            results[ref] = outcome
+        return results
+
+    async def _read(
+        self,
+        store: VaultStore,
+        identity: Identity,
+        token: VaultToken,
+        ref: Hashable,
+        names: Mapping[Hashable, str],
+        ctx: FetchContext,
+        started: float,
+    ) -> Fetched:
+        assert isinstance(ref, VaultRef)
+        reply = await self._attempt(store, token, ref, ctx)
+        # A token logged in during this fetch cannot have been revoked since: its 403 is a
+        # policy denial, and logging in again would only double the load of a misconfiguration.
+        if isinstance(reply, Reply) and reply.status == 403 and token.obtained < started:
+            token = await self._auth.relogin(store, identity, token, ctx)
+            reply = await self._attempt(store, token, ref, ctx)
+        if isinstance(reply, BridgeError):
+            return reply
+        doing = (
+            f"reading {ref.describe()} for {names.get(ref, 'object')} as {identity.subject} "
+            f"(role {store.role!r}, auth/{store.mount})"
+        )
+        if reply.status != 200:
+            return _read_error(reply, doing, store, ref)
+        return _value(reply, doing)
+
+    async def _attempt(
+        self, store: VaultStore, token: VaultToken, ref: VaultRef, ctx: FetchContext
+    ) -> Reply | BridgeError:
+        async def call() -> Reply:
+            with self._env.metrics.backend_call("vault", "read"):
+                reply = await self._http.request(
+                    store.address,
+                    store.tls,
+                    ref.method,
+                    ref.path,
+                    deadline=ctx.deadline,
+                    token=token.token,
+                    namespace=store.namespace,
+                    query=ref.query,
+                    body=ref.body,
+                )
+            if reply.status >= 500 or reply.status in (412, 429):
+                raise status_error(reply, f"reading {ref.describe()}", denied="")
+            return reply
+
+        try:
+            return await retry_transient(call, ctx, on_retry=self._count_retry)
+        except BridgeError as exc:
+            return exc
+
+    def _count_retry(self, exc: BaseException) -> None:
+        self._env.metrics.retries.labels("vault", type(exc).__name__).inc()
+
+    async def close(self) -> None:
+        await self._http.close()
+
+
+def _read_error(reply: Reply, doing: str, store: VaultStore, ref: VaultRef) -> BridgeError:
+    not_found = ""
+    if _KV2_HINT in reply.errors():
+        mount, _, rest = ref.path.partition("/")
+        not_found = f"the mount is KV version 2: use secretPath {mount}/data/{rest}"
+    elif ref.method == "GET" and "/data/" not in ref.path:
+        not_found = "for a KV version 2 mount the path is <mount>/data/<name>"
+    return status_error(
+        reply,
+        doing,
+        denied=(
+            f"grant the policies of role {store.role!r} "
+            f"{'update' if ref.method != 'GET' else 'read'} on {ref.path}"
+        ),
+        not_found=not_found,
+    )
+
+
+def _value(reply: Reply, doing: str) -> Fetched:
+    """The whole response as the file (upstream), `data` (or KV v2's `data.data`) for keys."""
+    try:
+        payload: Any = json.loads(reply.body)
+    except ValueError:
+        payload = None
+    if not isinstance(payload, dict):
+        return InvalidParameters(f"{doing}: Vault's answer is not a JSON object")
+    if payload.get("data") is None and not payload.get("auth"):
+        warnings = reply.errors() if payload.get("warnings") else "no data"
+        return NotFound(f"{doing}: Vault returned no data ({warnings})")
+    # request_id differs on every read; without it, an unchanged secret keeps its version.
+    payload.pop("request_id", None)
+    content = json.dumps(payload, separators=(",", ":")).encode()
+    data = payload.get("data")
+    inner = data.get("data") if isinstance(data, dict) else None
+    return [SecretValue(content=content, data=inner if isinstance(inner, dict) else data or {})]
+
+
+def _object_names(plan: StorePlan) -> dict[Hashable, str]:
+    names: dict[Hashable, list[str]] = {}
+    for spec in plan.objects:
+        names.setdefault(spec.ref, []).append(spec.name)
+    return {
+        ref: ("objects " if len(n) > 1 else "object ") + ", ".join(repr(x) for x in n)
+        for ref, n in names.items()
+    }
+
+
+def _store(plan: StorePlan) -> VaultStore:
+    store = plan.store
+    assert isinstance(store, VaultStore)
+    return store
+
+
+def create(env: BackendEnv) -> VaultBackend:
+    return VaultBackend(env)

@@ -1,0 +1,372 @@
+"""A real OpenBao dev server for tests, and the admin steps tests need against it.
+
+Reusable by any test (backend, end-to-end, benchmarks):
+
+    server = OpenBao.start(tmp_dir)          # free loopback port, audit log, waits until healthy
+    keys = SigningKey.generate()
+    server.configure_jwt_auth("jwt", keys.public_pem)
+    server.add_jwt_role("jwt", "app", namespace="default", service_account="app",
+                        policies=["read-all"])
+    token = keys.pod_token("default", "app", audience="vault")
+    server.audit_counts()                    # {("update", "auth/jwt/login"): 1, ...}
+    server.stop()
+
+Admin calls go through hvac with the root token (hvac is synchronous; tests call it directly).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import http.server
+import json
+import os
+import socket
+import subprocess
+import threading
+import time
+import urllib.request
+from collections import Counter
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import hvac
+import jwt
+from cryptography.hazmat.primitives import serialization
+from cryptography.hazmat.primitives.asymmetric import rsa
+
+ROOT_TOKEN = "root"
+REPO = Path(__file__).resolve().parents[3]
+BAO = REPO / ".venv" / "bin" / "bao"
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        port: int = sock.getsockname()[1]
+        return port
+
+
+@dataclass
+class SigningKey:
+    """An RSA key standing in for the cluster's service-account token signer."""
+
+    private: rsa.RSAPrivateKey
+    issuer: str = "https://kubernetes.default.svc.cluster.local"
+
+    @classmethod
+    def generate(cls) -> SigningKey:
+        return cls(rsa.generate_private_key(public_exponent=65537, key_size=2048))
+
+    @property
+    def public_pem(self) -> str:
+        return (
+            self.private.public_key()
+            .public_bytes(
+                serialization.Encoding.PEM, serialization.PublicFormat.SubjectPublicKeyInfo
+            )
+            .decode()
+        )
+
+    def pod_token(
+        self,
+        namespace: str,
+        service_account: str,
+        audience: str = "vault",
+        *,
+        lifetime: int = 600,
+        pod: str = "app-0",
+    ) -> str:
+        """A projected service-account token as the kubelet would mint it."""
+        now = int(time.time())
+        claims = {
+            "iss": self.issuer,
+            "sub": f"system:serviceaccount:{namespace}:{service_account}",
+            "aud": [audience],
+            "iat": now,
+            "nbf": now,
+            "exp": now + lifetime,
+            "kubernetes.io": {
+                "namespace": namespace,
+                "serviceaccount": {"name": service_account, "uid": f"uid-{service_account}"},
+                "pod": {"name": pod, "uid": f"uid-{pod}"},
+            },
+        }
+        return jwt.encode(claims, self.private, algorithm="RS256")
+
+    def verify(self, token: str) -> dict[str, Any]:
+        """Claims of a token this key signed (raises jwt.InvalidTokenError otherwise)."""
+        claims: dict[str, Any] = jwt.decode(
+            token,
+            self.private.public_key(),
+            algorithms=["RS256"],
+            options={"verify_aud": False},
+        )
+        return claims
+
+
+@dataclass
+class OpenBao:
+    """One `bao server -dev` process on 127.0.0.1 with a file audit device."""
+
+    process: subprocess.Popen[bytes]
+    addr: str
+    audit_path: Path
+    log_path: Path
+    _audit_offset: int = field(default=0)
+
+    @classmethod
+    def start(cls, workdir: Path, *, timeout: float = 20.0) -> OpenBao:
+        workdir.mkdir(parents=True, exist_ok=True)
+        port = free_port()
+        audit = workdir / "audit.log"
+        config = workdir / "bao.hcl"
+        # Declarative audit: OpenBao refuses enabling audit devices through the API.
+        config.write_text(
+            f'audit "file" "counter" {{\n  options {{\n    file_path = "{audit}"\n  }}\n}}\n'
+        )
+        log = workdir / "bao.log"
+        env = {k: v for k, v in os.environ.items() if not k.startswith(("VAULT_", "BAO_"))}
+        env["HOME"] = str(workdir)
+        with open(log, "wb") as out:
+            process = subprocess.Popen(
+                [
+                    str(BAO),
+                    "server",
+                    "-dev",
+                    f"-dev-root-token-id={ROOT_TOKEN}",
+                    f"-dev-listen-address=127.0.0.1:{port}",
+                    f"-config={config}",
+                ],
+                stdout=out,
+                stderr=subprocess.STDOUT,
+                env=env,
+                cwd=workdir,
+            )
+        server = cls(process, f"http://127.0.0.1:{port}", audit, log)
+        server._wait_healthy(timeout)
+        return server
+
+    def _wait_healthy(self, timeout: float) -> None:
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            if self.process.poll() is not None:
+                raise RuntimeError(f"bao exited: {self.log_path.read_text()[-2000:]}")
+            try:
+                with urllib.request.urlopen(f"{self.addr}/v1/sys/health", timeout=1) as resp:
+                    if resp.status == 200 and self.audit_path.exists():
+                        return
+            except Exception:
+                pass
+            time.sleep(0.1)
+        self.stop()
+        raise RuntimeError(f"bao did not become healthy: {self.log_path.read_text()[-2000:]}")
+
+    def stop(self) -> None:
+        if self.process.poll() is None:
+            self.process.terminate()
+            try:
+                self.process.wait(timeout=10)
+            except subprocess.TimeoutExpired:
+                self.process.kill()
+                self.process.wait()
+
+    def root(self) -> hvac.Client:
+        return hvac.Client(url=self.addr, token=ROOT_TOKEN, timeout=10)
+
+    # -- admin -------------------------------------------------------------------------------
+
+    def enable_auth(self, method: str, mount: str) -> None:
+        client = self.root()
+        if f"{mount}/" not in client.sys.list_auth_methods()["data"]:
+            client.sys.enable_auth_method(method, path=mount)
+
+    def enable_kv(self, mount: str, version: int) -> None:
+        client = self.root()
+        if f"{mount}/" not in client.sys.list_mounted_secrets_engines()["data"]:
+            client.sys.enable_secrets_engine("kv", path=mount, options={"version": str(version)})
+
+    def enable_engine(self, engine: str, mount: str) -> None:
+        client = self.root()
+        if f"{mount}/" not in client.sys.list_mounted_secrets_engines()["data"]:
+            client.sys.enable_secrets_engine(engine, path=mount)
+
+    def put_policy(self, name: str, hcl: str) -> None:
+        self.root().sys.create_or_update_policy(name, hcl)
+
+    def configure_jwt_auth(self, mount: str, public_pem: str) -> None:
+        self.enable_auth("jwt", mount)
+        self.root().write(f"auth/{mount}/config", jwt_validation_pubkeys=[public_pem])
+
+    def add_jwt_role(
+        self,
+        mount: str,
+        role: str,
+        *,
+        namespace: str,
+        service_account: str,
+        policies: list[str],
+        audience: str = "vault",
+        ttl: str = "1h",
+    ) -> None:
+        self.root().write(
+            f"auth/{mount}/role/{role}",
+            role_type="jwt",
+            bound_audiences=[audience],
+            user_claim="sub",
+            bound_subject=f"system:serviceaccount:{namespace}:{service_account}",
+            token_policies=policies,
+            token_ttl=ttl,
+        )
+
+    def configure_kubernetes_auth(self, mount: str, kubernetes_host: str) -> None:
+        self.enable_auth("kubernetes", mount)
+        # No reviewer JWT: OpenBao then reviews each login token with that token itself.
+        self.root().write(
+            f"auth/{mount}/config",
+            kubernetes_host=kubernetes_host,
+            disable_local_ca_jwt=True,
+        )
+
+    def add_kubernetes_role(
+        self,
+        mount: str,
+        role: str,
+        *,
+        namespace: str,
+        service_account: str,
+        policies: list[str],
+        audience: str | None = None,
+        ttl: str = "1h",
+    ) -> None:
+        params: dict[str, Any] = {
+            "bound_service_account_names": [service_account],
+            "bound_service_account_namespaces": [namespace],
+            "token_policies": policies,
+            "token_ttl": ttl,
+        }
+        if audience:
+            params["audience"] = audience
+        self.root().write(f"auth/{mount}/role/{role}", **params)
+
+    def kv1_put(self, mount: str, path: str, data: dict[str, Any]) -> None:
+        self.root().secrets.kv.v1.create_or_update_secret(path, data, mount_point=mount)
+
+    def kv2_put(self, mount: str, path: str, data: dict[str, Any]) -> int:
+        result = self.root().secrets.kv.v2.create_or_update_secret(path, data, mount_point=mount)
+        version: int = result["data"]["version"]
+        return version
+
+    # -- audit -------------------------------------------------------------------------------
+
+    def audit_entries(self) -> list[dict[str, Any]]:
+        """Audit log response entries written since the last `audit_mark()`."""
+        with open(self.audit_path, "rb") as fh:
+            fh.seek(self._audit_offset)
+            lines = fh.read().splitlines()
+        entries = [json.loads(line) for line in lines if line.strip()]
+        return [e for e in entries if e.get("type") == "response"]
+
+    def audit_mark(self) -> None:
+        """Start counting from now (the audit log is appended to asynchronously; flushed here)."""
+        self.audit_flush()
+        self._audit_offset = self.audit_path.stat().st_size
+
+    def audit_flush(self) -> None:
+        # The file device writes before answering, so the log is complete once we have an answer;
+        # a tiny pause still guards against buffered writes on slow machines.
+        time.sleep(0.05)
+
+    def audit_counts(self, *, exclude_root: bool = True) -> Counter[tuple[str, str]]:
+        """(operation, path) -> number of responses since `audit_mark()`.
+
+        The root token's admin calls are left out by default, so counts show the provider's own
+        traffic only.
+        """
+        self.audit_flush()
+        counts: Counter[tuple[str, str]] = Counter()
+        for entry in self.audit_entries():
+            request = entry.get("request", {})
+            if exclude_root and entry.get("auth", {}).get("display_name") == "root":
+                continue
+            counts[(request.get("operation", ""), request.get("path", ""))] += 1
+        return counts
+
+
+@contextlib.contextmanager
+def running(workdir: Path) -> Any:
+    server = OpenBao.start(workdir)
+    try:
+        yield server
+    finally:
+        server.stop()
+
+
+class TokenReviewStub:
+    """A Kubernetes API stand-in answering TokenReview for tokens signed by `key` (on 127.0.0.1).
+
+    OpenBao's kubernetes auth method posts each login token to
+    /apis/authentication.k8s.io/v1/tokenreviews; this answers as the API server would.
+    `reviews` counts the reviews it served.
+    """
+
+    def __init__(self, key: SigningKey) -> None:
+        self.key = key
+        self.reviews = 0
+        stub = self
+
+        class Handler(http.server.BaseHTTPRequestHandler):
+            def do_POST(self) -> None:
+                length = int(self.headers.get("Content-Length") or 0)
+                review = json.loads(self.rfile.read(length) or b"{}")
+                stub.reviews += 1
+                self._answer(stub.review(review))
+
+            def _answer(self, payload: dict[str, Any]) -> None:
+                body = json.dumps(payload).encode()
+                self.send_response(201)
+                self.send_header("Content-Type", "application/json")
+                self.send_header("Content-Length", str(len(body)))
+                self.end_headers()
+                self.wfile.write(body)
+
+            def log_message(self, *args: Any) -> None:
+                return None
+
+        self.server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.url = f"http://127.0.0.1:{self.server.server_address[1]}"
+        self.thread = threading.Thread(target=self.server.serve_forever, daemon=True)
+        self.thread.start()
+
+    def review(self, request: dict[str, Any]) -> dict[str, Any]:
+        spec = request.get("spec") or {}
+        result: dict[str, Any] = {
+            "apiVersion": "authentication.k8s.io/v1",
+            "kind": "TokenReview",
+            "spec": spec,
+        }
+        try:
+            claims = self.key.verify(spec.get("token", ""))
+        except jwt.InvalidTokenError as exc:
+            result["status"] = {"authenticated": False, "error": f"invalid token: {exc}"}
+            return result
+        wanted = spec.get("audiences") or []
+        audiences = claims.get("aud") or []
+        if wanted and not set(wanted) & set(audiences):
+            result["status"] = {"authenticated": False, "error": "token audiences are invalid"}
+            return result
+        sa = claims["kubernetes.io"]["serviceaccount"]
+        result["status"] = {
+            "authenticated": True,
+            "user": {
+                "username": claims["sub"],
+                "uid": sa["uid"],
+                "groups": ["system:serviceaccounts"],
+            },
+            "audiences": audiences,
+        }
+        return result
+
+    def stop(self) -> None:
+        self.server.shutdown()
+        self.server.server_close()
