@@ -102,13 +102,19 @@ _PRIORITY = [
 class MountFailed(BridgeError):
     """Several per-object failures gathered into one message (all or nothing)."""
 
-    def __init__(self, failures: Sequence[tuple[str, BridgeError]]) -> None:
+    def __init__(self, failures: Sequence[tuple[str, BridgeError]], context: str = "") -> None:
         self.failures = list(failures)
         codes = {err.code for _, err in failures}
         self.code = min(codes, key=_PRIORITY.index) if codes else grpc.StatusCode.INTERNAL
         self.transient = all(err.transient for _, err in failures)
         parts = [f"object {name!r}: {err}" for name, err in failures]
-        super().__init__(f"{len(parts)} of the requested objects failed: " + "; ".join(parts))
+        where = f" ({context})" if context else ""
+        text = (
+            "; ".join(parts)
+            if len(parts) == 1
+            else f"{len(parts)} objects failed: " + "; ".join(parts)
+        )
+        super().__init__(text + where)
 
 
 # Things that look like credentials in a store's error text: JWTs, Vault/OpenBao tokens, bearer

@@ -1,0 +1,41 @@
+"""Object versions: change exactly when content changes, stable across restarts and nodes.
+
+Versions are readable by anyone in the namespace (SecretProviderClassPodStatus), so they are
+never a plain hash of the content: either the store's own version id, or an HMAC under the
+installation key (`--hmac-key-file`; without it a random per-process key, with a warning).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import hmac
+import secrets
+from collections.abc import Iterable
+
+
+class Versioner:
+    def __init__(self, key: bytes) -> None:
+        if not key:
+            raise ValueError("the HMAC key must not be empty")
+        self._key = key
+
+    @classmethod
+    def random(cls) -> Versioner:
+        return cls(secrets.token_bytes(32))
+
+    @classmethod
+    def from_file(cls, path: str) -> Versioner:
+        with open(path, "rb") as fh:
+            key = fh.read().strip()
+        if len(key) < 16:
+            raise ValueError(f"--hmac-key-file {path}: the key must be at least 16 bytes")
+        return cls(key)
+
+    def of_content(self, object_id: str, content: bytes) -> str:
+        mac = hmac.new(self._key, object_id.encode() + b"\0" + content, hashlib.sha256)
+        return mac.hexdigest()[:32]
+
+    def of_inputs(self, object_id: str, versions: Iterable[str], content: bytes) -> str:
+        """A derived file's version: from its inputs' versions and its own content."""
+        joined = "\0".join(versions).encode()
+        return self.of_content(object_id, joined + b"\0\0" + content)
