@@ -1,0 +1,1 @@
+"""Google Secret Manager, with the GCP provider's parameters and GKE workload identity."""

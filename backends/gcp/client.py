@@ -1,0 +1,88 @@
+"""Secret Manager over gRPC: one channel per endpoint, shared by every mount and identity.
+
+Channels carry no credentials of their own: each call carries the identity's access token as
+`authorization` metadata, so pods of different identities share the connection but never a
+token. Regional secrets (`projects/*/locations/<l>/...`) are served only by their location's
+endpoint, hence the channel per endpoint. The library's own retries are switched off: retries
+belong to `retry_transient`, which knows the Mount's deadline.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, field
+from typing import Any
+
+import grpc
+from google.cloud.secretmanager_v1.services.secret_manager_service import (
+    SecretManagerServiceAsyncClient,
+)
+from google.cloud.secretmanager_v1.services.secret_manager_service.transports import (
+    SecretManagerServiceGrpcAsyncIOTransport,
+)
+
+from backends.gcp.errors import translated
+from backends.gcp.params import GcpRef
+from provider.errors import DeadlineExceeded
+
+#: Upper bound of one AccessSecretVersion call; the Mount's deadline usually cuts it shorter.
+CALL_TIMEOUT = 30.0
+# Secret Manager payloads are at most 64 KiB; leave room for the envelope.
+_MAX_MESSAGE = 1024 * 1024
+
+
+@dataclass(frozen=True)
+class Accessed:
+    data: bytes = field(repr=False)
+    #: The resolved version name (`…/versions/7` for `…/versions/latest`).
+    name: str
+
+
+class SecretManager:
+    def __init__(self, options: Any) -> None:
+        self._options = options
+        self._clients: dict[str, tuple[grpc.aio.Channel, Any]] = {}
+
+    def endpoint(self, ref: GcpRef) -> str:
+        if ref.location is None:
+            return str(self._options.secretmanager_endpoint)
+        return str(self._options.regional_endpoint).replace("{location}", ref.location)
+
+    def _client(self, endpoint: str) -> Any:
+        entry = self._clients.get(endpoint)
+        if entry is None:
+            if self._options.local_channel:
+                creds = grpc.local_channel_credentials(grpc.LocalConnectionType.LOCAL_TCP)
+            else:
+                creds = grpc.ssl_channel_credentials()
+            channel = grpc.aio.secure_channel(
+                endpoint,
+                creds,
+                options=[
+                    ("grpc.max_receive_message_length", _MAX_MESSAGE),
+                    ("grpc.enable_retries", 0),
+                ],
+            )
+            transport = SecretManagerServiceGrpcAsyncIOTransport(channel=channel)
+            entry = (channel, SecretManagerServiceAsyncClient(transport=transport))
+            self._clients[endpoint] = entry
+        return entry[1]
+
+    async def access(self, ref: GcpRef, token: str, subject: str, deadline: float) -> Accessed:
+        remaining = deadline - time.monotonic()
+        if remaining <= 0:
+            raise DeadlineExceeded(f"no time left to read {ref.name} before the mount's deadline")
+        client = self._client(self.endpoint(ref))
+        with translated(ref.name, subject):
+            response = await client.access_secret_version(
+                request={"name": ref.name},
+                metadata=[("authorization", f"Bearer {token}")],
+                retry=None,
+                timeout=min(CALL_TIMEOUT, remaining),
+            )
+        return Accessed(bytes(response.payload.data), str(response.name) or ref.name)
+
+    async def close(self) -> None:
+        clients, self._clients = self._clients, {}
+        for channel, _client in clients.values():
+            await channel.close()

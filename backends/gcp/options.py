@@ -1,0 +1,63 @@
+"""Provider-level flags of the gcp backend (`--gcp-<field>`, `SECRETS_BRIDGE_GCP_<FIELD>`).
+
+The upstream provider read the project, cluster location and cluster name from the node's
+metadata server; secrets-bridge takes them as flags so it runs (and is tested) anywhere. Every
+Google endpoint is a flag too, so tests point the whole flow at local servers.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+DEFAULT_STS = "https://sts.googleapis.com/v1/token"
+DEFAULT_IAM = "https://iamcredentials.googleapis.com"
+DEFAULT_SECRETMANAGER = "secretmanager.googleapis.com:443"
+#: Regional secrets are served only by their location's endpoint.
+DEFAULT_REGIONAL = "secretmanager.{location}.rep.googleapis.com:443"
+#: The identity provider prefix of a GKE cluster in a workload identity audience.
+DEFAULT_GKE_PROVIDER = "https://container.googleapis.com/v1"
+
+
+@dataclass(frozen=True)
+class Options:
+    project: str | None = field(
+        default=None,
+        metadata={
+            "help": "project id of the cluster's workload identity pool (<project>.svc.id.goog)"
+        },
+    )
+    location: str | None = field(
+        default=None, metadata={"help": "location (region or zone) of the GKE cluster"}
+    )
+    cluster: str | None = field(default=None, metadata={"help": "name of the GKE cluster"})
+    workload_identity_audience: str | None = field(
+        default=None,
+        metadata={
+            "help": "STS audience given whole, instead of --gcp-project/-location/-cluster: "
+            "identitynamespace:<pool>:<provider> or //iam.googleapis.com/projects/<n>/locations/"
+            "global/workloadIdentityPools/<pool>/providers/<provider>"
+        },
+    )
+    sts_endpoint: str = field(
+        default=DEFAULT_STS, metadata={"help": "STS token-exchange URL (RFC 8693)"}
+    )
+    iam_endpoint: str = field(
+        default=DEFAULT_IAM,
+        metadata={"help": "IAM credentials base URL (generateAccessToken for impersonation)"},
+    )
+    secretmanager_endpoint: str = field(
+        default=DEFAULT_SECRETMANAGER, metadata={"help": "Secret Manager gRPC host:port"}
+    )
+    regional_endpoint: str = field(
+        default=DEFAULT_REGIONAL,
+        metadata={
+            "help": "Secret Manager gRPC host:port for regional secrets; {location} is replaced"
+        },
+    )
+    local_channel: bool = field(
+        default=False,
+        metadata={
+            "help": "TESTS ONLY: talk to Secret Manager over gRPC local (loopback, unencrypted) "
+            "channel credentials instead of TLS"
+        },
+    )

@@ -1,0 +1,209 @@
+"""A wire-level stand-in for Google: Secret Manager over gRPC, STS, IAM credentials, OAuth and
+the Kubernetes ServiceAccount read, on 127.0.0.1.
+
+No emulator of Secret Manager exists, so this one speaks its real protocol with the client
+library's own message types. Every call is authorised by the bearer token it carries: tokens are
+issued by the fake STS/IAM/OAuth endpoints to a principal, and secrets list the principals that
+may read them — so a test that serves one identity another's value fails at the wire.
+"""
+
+from __future__ import annotations
+
+import json
+import secrets
+import time
+import urllib.parse
+from dataclasses import dataclass, field
+from typing import Any
+
+import grpc
+import jwt
+from aiohttp import web
+from google.cloud.secretmanager_v1.types import resources, service
+
+SERVICE = "google.cloud.secretmanager.v1.SecretManagerService"
+POOL = "proj.svc.id.goog"
+
+
+@dataclass
+class FakeGoogle:
+    #: "projects/p/secrets/s" (or with locations/l) -> payloads of versions 1..N.
+    secrets: dict[str, list[bytes]] = field(default_factory=dict)
+    #: secret -> principals allowed to access it.
+    readers: dict[str, set[str]] = field(default_factory=dict)
+    #: pod token -> "namespace/serviceaccount" (what the kubelet minted it for).
+    pod_tokens: dict[str, str] = field(default_factory=dict)
+    #: the audience STS expects.
+    sts_audience: str = ""
+    #: "namespace/name" -> ServiceAccount annotations.
+    annotations: dict[str, dict[str, str]] = field(default_factory=dict)
+    #: Google service account -> principals allowed to impersonate it.
+    impersonators: dict[str, set[str]] = field(default_factory=dict)
+    #: issued access token -> principal.
+    tokens: dict[str, str] = field(default_factory=dict)
+    #: Lifetime of issued tokens (seconds).
+    lifetime: int = 3600
+    #: resource name -> list of status codes to answer before serving it.
+    failures: dict[str, list[grpc.StatusCode]] = field(default_factory=dict)
+    #: HTTP status codes the next STS calls answer with (then normal service).
+    sts_failures: list[int] = field(default_factory=list)
+    sts_requests: list[dict[str, str]] = field(default_factory=list)
+    iam_requests: list[dict[str, Any]] = field(default_factory=list)
+    oauth_requests: list[dict[str, str]] = field(default_factory=list)
+    #: (server label, resource name, principal) per AccessSecretVersion.
+    reads: list[tuple[str, str, str]] = field(default_factory=list)
+
+    def add_version(self, secret: str, payload: bytes | str, *readers: str) -> str:
+        data = payload.encode() if isinstance(payload, str) else payload
+        self.secrets.setdefault(secret, []).append(data)
+        self.readers.setdefault(secret, set()).update(readers)
+        return f"{secret}/versions/{len(self.secrets[secret])}"
+
+    def issue(self, principal: str) -> str:
+        token = "ya29.fake-" + secrets.token_hex(12)
+        self.tokens[token] = principal
+        return token
+
+    def revoke_all(self) -> None:
+        self.tokens.clear()
+
+
+# -- Secret Manager (gRPC) ----------------------------------------------------------------------
+
+
+def secret_manager_handler(google: FakeGoogle, label: str, regional: bool) -> Any:
+    async def access(
+        request: service.AccessSecretVersionRequest, context: grpc.aio.ServicerContext
+    ) -> service.AccessSecretVersionResponse:
+        metadata = dict(context.invocation_metadata() or ())
+        auth = str(metadata.get("authorization", ""))
+        principal = google.tokens.get(auth.removeprefix("Bearer "))
+        if not auth.startswith("Bearer ") or principal is None:
+            await context.abort(grpc.StatusCode.UNAUTHENTICATED, "Request had invalid credentials.")
+        assert principal is not None
+        name = request.name
+        google.reads.append((label, name, principal))
+        queued = google.failures.get(name)
+        if queued:
+            await context.abort(queued.pop(0), f"injected failure for {name}")
+        secret, _, version = name.rpartition("/versions/")
+        if ("/locations/" in secret) != regional:
+            await context.abort(
+                grpc.StatusCode.INVALID_ARGUMENT, f"{name} is not served by this endpoint"
+            )
+        versions = google.secrets.get(secret)
+        if versions is None or principal not in google.readers.get(secret, set()):
+            # Like Google: without access, a missing secret is indistinguishable from a denied one.
+            await context.abort(
+                grpc.StatusCode.PERMISSION_DENIED,
+                f"Permission 'secretmanager.versions.access' denied for resource '{name}' "
+                "(or it may not exist).",
+            )
+        assert versions is not None
+        number = len(versions) if version == "latest" else int(version)
+        if not 1 <= number <= len(versions):
+            await context.abort(grpc.StatusCode.NOT_FOUND, f"Secret Version [{name}] not found.")
+        return service.AccessSecretVersionResponse(
+            name=f"{secret}/versions/{number}",
+            payload=resources.SecretPayload(data=versions[number - 1]),
+        )
+
+    return grpc.method_handlers_generic_handler(
+        SERVICE,
+        {
+            "AccessSecretVersion": grpc.unary_unary_rpc_method_handler(
+                access,
+                request_deserializer=service.AccessSecretVersionRequest.deserialize,
+                response_serializer=service.AccessSecretVersionResponse.serialize,
+            )
+        },
+    )
+
+
+async def start_secret_manager(google: FakeGoogle, label: str, regional: bool) -> tuple[Any, int]:
+    server = grpc.aio.server()
+    server.add_generic_rpc_handlers((secret_manager_handler(google, label, regional),))
+    creds = grpc.local_server_credentials(grpc.LocalConnectionType.LOCAL_TCP)
+    port = server.add_secure_port("127.0.0.1:0", creds)
+    await server.start()
+    return server, port
+
+
+# -- STS, IAM credentials, OAuth, Kubernetes (HTTP) -----------------------------------------------
+
+
+def http_app(google: FakeGoogle) -> web.Application:
+    async def sts(request: web.Request) -> web.Response:
+        form = {k: str(v) for k, v in (await request.post()).items()}
+        google.sts_requests.append(form)
+        if google.sts_failures:
+            return web.json_response({"error": "unavailable"}, status=google.sts_failures.pop(0))
+        subject = google.pod_tokens.get(form.get("subject_token", ""))
+        if (
+            form.get("grant_type") != "urn:ietf:params:oauth:grant-type:token-exchange"
+            or form.get("subject_token_type") != "urn:ietf:params:oauth:token-type:jwt"
+            or form.get("audience") != google.sts_audience
+            or subject is None
+        ):
+            return web.json_response(
+                {"error": "invalid_grant", "error_description": "The audience or token is invalid"},
+                status=400,
+            )
+        return web.json_response(
+            {
+                "access_token": google.issue(f"ksa:{subject}"),
+                "issued_token_type": "urn:ietf:params:oauth:token-type:access_token",
+                "token_type": "Bearer",
+                "expires_in": google.lifetime,
+            }
+        )
+
+    async def iam(request: web.Request) -> web.Response:
+        target = request.match_info["target"]
+        gsa = target.removesuffix(":generateAccessToken")
+        body = await request.json()
+        auth = request.headers.get("Authorization", "")
+        caller = google.tokens.get(auth.removeprefix("Bearer "))
+        google.iam_requests.append({"gsa": gsa, "caller": caller, "body": body})
+        if caller is None:
+            return web.json_response({"error": {"code": 401}}, status=401)
+        if caller not in google.impersonators.get(gsa, set()):
+            msg = "Permission 'iam.serviceAccounts.getAccessToken' denied on resource"
+            return web.json_response({"error": {"code": 403, "message": msg}}, status=403)
+        expire = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(time.time() + google.lifetime))
+        return web.json_response({"accessToken": google.issue(f"gsa:{gsa}"), "expireTime": expire})
+
+    async def oauth(request: web.Request) -> web.Response:
+        form = {k: str(v) for k, v in (await request.post()).items()}
+        google.oauth_requests.append(form)
+        claims = jwt.decode(form["assertion"], options={"verify_signature": False})
+        return web.json_response(
+            {
+                "access_token": google.issue(f"gsa:{claims['iss']}"),
+                "expires_in": google.lifetime,
+                "token_type": "Bearer",
+            }
+        )
+
+    async def service_account(request: web.Request) -> web.Response:
+        ns, name = request.match_info["ns"], request.match_info["name"]
+        key = f"{ns}/{name}"
+        if key not in google.annotations:
+            return web.json_response({"kind": "Status", "code": 404}, status=404)
+        meta = {"name": name, "namespace": ns, "annotations": google.annotations[key]}
+        return web.json_response({"apiVersion": "v1", "kind": "ServiceAccount", "metadata": meta})
+
+    app = web.Application()
+    app.router.add_post("/v1/token", sts)
+    app.router.add_post("/v1/projects/-/serviceAccounts/{target}", iam)
+    app.router.add_post("/oauth2/token", oauth)
+    app.router.add_get("/api/v1/namespaces/{ns}/serviceaccounts/{name}", service_account)
+    return app
+
+
+def form_of(text: str) -> dict[str, str]:
+    return dict(urllib.parse.parse_qsl(text))
+
+
+def dumps(value: Any) -> str:
+    return json.dumps(value, separators=(",", ":"))
