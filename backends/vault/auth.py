@@ -38,10 +38,12 @@ class Authenticator:
         self._margin = min(max(margin, 0.0), 0.9)
 
     async def token(self, store: VaultStore, identity: Identity, ctx: FetchContext) -> VaultToken:
+        async def login() -> tuple[VaultToken, float]:
+            return await self._login(store, identity, ctx)
+
         async def load() -> tuple[VaultToken, float]:
-            return await retry_transient(
-                lambda: self._login(store, identity, ctx), ctx, on_retry=self._count_retry
-            )
+            # A coroutine function, not a lambda: tenacity awaits only coroutine functions.
+            return await retry_transient(login, ctx, on_retry=self._count_retry)
 
         token: VaultToken = await self._env.credentials.get_or_load(identity.key, load)
         return token

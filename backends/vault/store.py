@@ -68,16 +68,19 @@ class VaultBackend:
         started = time.monotonic()
         token = await self._auth.token(store, identity, ctx)
         names = _object_names(plan)
-        outcomes = await asyncio.gather(
-            *(self._read(store, identity, token, ref, names, ctx, started) for ref in refs),
-            return_exceptions=True,
-        )
+
+        async def one(ref: Hashable) -> tuple[Fetched]:
+            # Wrapped in a tuple: a returned per-ref error must not look like a raised one.
+            return (await self._read(store, identity, token, ref, names, ctx, started),)
+
+        outcomes = await asyncio.gather(*(one(ref) for ref in refs), return_exceptions=True)
         results: dict[Hashable, Fetched] = {}
         for ref, outcome in zip(refs, outcomes, strict=True):
             if isinstance(outcome, BaseException):
-                # Only a refused re-login (or a bug) gets here: it fails the whole Mount.
+                # Only a refused re-login (or a bug) gets here: it fails the whole Mount, after
+                # every other read has finished (nothing is left running behind our answer).
                 raise outcome
-            results[ref] = outcome
+            results[ref] = outcome[0]
         return results
 
     async def _read(
@@ -140,21 +143,20 @@ class VaultBackend:
 
 
 def _read_error(reply: Reply, doing: str, store: VaultStore, ref: VaultRef) -> BridgeError:
+    mount, _, rest = ref.path.partition("/")
+    kv2_path = f"{mount}/data/{rest}"
     not_found = ""
     if _KV2_HINT in reply.errors():
-        mount, _, rest = ref.path.partition("/")
-        not_found = f"the mount is KV version 2: use secretPath {mount}/data/{rest}"
-    elif ref.method == "GET" and "/data/" not in ref.path:
-        not_found = "for a KV version 2 mount the path is <mount>/data/<name>"
-    return status_error(
-        reply,
-        doing,
-        denied=(
-            f"grant the policies of role {store.role!r} "
-            f"{'update' if ref.method != 'GET' else 'read'} on {ref.path}"
-        ),
-        not_found=not_found,
+        not_found = f"the mount is KV version 2: use secretPath {kv2_path}"
+    denied = (
+        f"grant the policies of role {store.role!r} "
+        f"{'update' if ref.method != 'GET' else 'read'} on {ref.path}"
     )
+    # The commonest mistake: a KV v2 secret read by its v1-style path, which policies on
+    # <mount>/data/... do not cover. We cannot see the mount type without extra permissions.
+    if ref.method == "GET" and rest and not rest.startswith("data/"):
+        denied += f" (or, if {mount}/ is a KV version 2 mount, read secretPath {kv2_path})"
+    return status_error(reply, doing, denied=denied, not_found=not_found)
 
 
 def _value(reply: Reply, doing: str) -> Fetched:

@@ -22,6 +22,7 @@ from tests.helpers import make_env
 
 APP_POLICY = """
 path "secret/data/app/*" { capabilities = ["read"] }
+path "secret/app/*" { capabilities = ["read"] }
 path "kv1/app/*" { capabilities = ["read"] }
 path "sys/tools/hash/*" { capabilities = ["update"] }
 """

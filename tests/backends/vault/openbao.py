@@ -17,7 +17,9 @@ Admin calls go through hvac with the root token (hvac is synchronous; tests call
 from __future__ import annotations
 
 import contextlib
+import datetime
 import http.server
+import ipaddress
 import json
 import os
 import socket
@@ -32,8 +34,10 @@ from typing import Any
 
 import hvac
 import jwt
-from cryptography.hazmat.primitives import serialization
+from cryptography import x509
+from cryptography.hazmat.primitives import hashes, serialization
 from cryptography.hazmat.primitives.asymmetric import rsa
+from cryptography.x509.oid import NameOID
 
 ROOT_TOKEN = "root"
 REPO = Path(__file__).resolve().parents[3]
@@ -45,6 +49,36 @@ def free_port() -> int:
         sock.bind(("127.0.0.1", 0))
         port: int = sock.getsockname()[1]
         return port
+
+
+def self_signed_cert(common_name: str, *, ip: str = "127.0.0.1") -> tuple[str, str]:
+    """(certificate PEM, private key PEM) for `common_name` and `ip`, self-signed (a CA too)."""
+    key = rsa.generate_private_key(public_exponent=65537, key_size=2048)
+    name = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, common_name)])
+    now = datetime.datetime.now(datetime.UTC)
+    cert = (
+        x509.CertificateBuilder()
+        .subject_name(name)
+        .issuer_name(name)
+        .public_key(key.public_key())
+        .serial_number(x509.random_serial_number())
+        .not_valid_before(now - datetime.timedelta(minutes=5))
+        .not_valid_after(now + datetime.timedelta(days=1))
+        .add_extension(x509.BasicConstraints(ca=True, path_length=None), critical=True)
+        .add_extension(
+            x509.SubjectAlternativeName(
+                [x509.DNSName(common_name), x509.IPAddress(ipaddress.ip_address(ip))]
+            ),
+            critical=False,
+        )
+        .sign(key, hashes.SHA256())
+    )
+    key_pem = key.private_bytes(
+        serialization.Encoding.PEM,
+        serialization.PrivateFormat.PKCS8,
+        serialization.NoEncryption(),
+    ).decode()
+    return cert.public_bytes(serialization.Encoding.PEM).decode(), key_pem
 
 
 @dataclass
@@ -221,10 +255,12 @@ class OpenBao:
 
     def configure_kubernetes_auth(self, mount: str, kubernetes_host: str) -> None:
         self.enable_auth("kubernetes", mount)
-        # No reviewer JWT: OpenBao then reviews each login token with that token itself.
+        # No reviewer JWT: OpenBao then reviews each login token with that token itself. The CA
+        # is required by the API but unused over plain http to the stub.
         self.root().write(
             f"auth/{mount}/config",
             kubernetes_host=kubernetes_host,
+            kubernetes_ca_cert=self_signed_cert("kubernetes")[0],
             disable_local_ca_jwt=True,
         )
 
