@@ -1,0 +1,1 @@
+"""Azure Key Vault backend: secrets, keys and certificates, with the Azure provider's parameters."""

@@ -1,0 +1,210 @@
+"""Who the pod is to Microsoft Entra, and the credential that logs it in.
+
+Three ways, chosen by the parameters (params.AuthMode):
+- workload identity: the pod's `api://AzureADTokenExchange` token is the client assertion for
+  `clientID` in `tenantID` (the identity federated with the pod's service account);
+- service principal: `clientid` / `clientsecret` from the volume's nodePublishSecretRef;
+- VM managed identity: the node's identity, only for namespaces the operator allowed.
+
+The identity key names cloud, authority, vault, tenant, auth mode and client — plus the pod's
+scope, or a hash of the nodePublishSecretRef credentials — never a token. The SDK credential
+keeps its Entra access tokens until shortly before they expire; it is cached with the clients
+per identity key (store.py), and `Login` carries this Mount's pod token to it.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from dataclasses import dataclass, field
+from typing import Any
+
+from backends.azure.options import Options
+from backends.azure.params import CLOUDS, AzureStore
+from backends.base import BackendEnv, Identity, Pod, credential_hash, identity_key
+from provider.errors import (
+    InvalidParameters,
+    MissingCredential,
+    PermissionDenied,
+    StoreUnavailable,
+    scrub,
+)
+from provider.identity import pod_scope, pod_token, require_node_identity
+
+AUDIENCE = "api://AzureADTokenExchange"
+
+
+@dataclass(frozen=True)
+class Endpoints:
+    authority_host: str
+    vault_url: str
+
+
+@dataclass(frozen=True)
+class Login:
+    """This Mount's login material (Identity.credential); never printed."""
+
+    endpoints: Endpoints
+    assertion: str = field(default="", repr=False)
+    client_secret: str = field(default="", repr=False)
+    client_id: str = ""
+
+
+async def endpoints(store: AzureStore, options: Options | None) -> Endpoints:
+    """Authority and vault URL: the cloud's, the cloud file's, or the provider's overrides."""
+    authority, suffix = "", ""
+    if store.cloud_env_file:
+        authority, suffix = await asyncio.to_thread(_read_cloud_file, store.cloud_env_file)
+    else:
+        cloud = CLOUDS[store.cloud.lower()]
+        authority, suffix = cloud.authority_host, cloud.vault_dns_suffix
+    if options is not None:
+        authority = options.authority_host or authority
+        suffix = options.vault_dns_suffix or suffix
+    authority = authority.rstrip("/")
+    if not authority.startswith("https://"):
+        authority = "https://" + authority
+    return Endpoints(authority, f"https://{store.vault_name}.{suffix.strip('.')}")
+
+
+def _read_cloud_file(path: str) -> tuple[str, str]:
+    # The Azure SDK for Go's environment file (as upstream's AZURE_ENVIRONMENT_FILEPATH).
+    try:
+        with open(path, encoding="utf-8") as fh:
+            data = json.load(fh)
+    except (OSError, ValueError) as exc:
+        raise InvalidParameters(
+            f"cloudEnvFileName {path}: cannot be read on this node ({type(exc).__name__})"
+        ) from None
+    authority = data.get("activeDirectoryEndpoint") if isinstance(data, dict) else None
+    suffix = data.get("keyVaultDNSSuffix") if isinstance(data, dict) else None
+    if not isinstance(authority, str) or not isinstance(suffix, str) or not authority or not suffix:
+        raise InvalidParameters(
+            f"cloudEnvFileName {path}: needs activeDirectoryEndpoint and keyVaultDNSSuffix"
+        )
+    return authority, suffix
+
+
+async def identify(env: BackendEnv, store: AzureStore, pod: Pod) -> Identity:
+    ends = await endpoints(store, env.options)
+    parts: list[object] = [store.cloud, ends.authority_host, ends.vault_url, store.tenant_id]
+    if store.auth == "workload-identity":
+        token = await pod_token(env, pod, AUDIENCE)
+        login = Login(ends, assertion=token, client_id=store.client_id)
+        parts += ["workload", store.client_id]
+    elif store.auth == "vm-managed-identity":
+        require_node_identity(env, pod, f"Key Vault {store.vault_name} (useVMManagedIdentity)")
+        login = Login(ends, client_id=store.user_assigned_identity_id)
+        parts += ["vm", store.user_assigned_identity_id or "system"]
+    else:
+        secret = pod.node_publish_secret
+        client_id, client_secret = secret.get("clientid", ""), secret.get("clientsecret", "")
+        if not client_id or not client_secret:
+            raise MissingCredential(
+                f"Key Vault {store.vault_name}: pod {pod.namespace}/{pod.name} brought no "
+                "credentials: set clientID for workload identity (the pod's token for audience "
+                f"{AUDIENCE!r}), or reference a Secret with keys clientid and clientsecret in "
+                "the volume's nodePublishSecretRef"
+            )
+        login = Login(ends, client_secret=client_secret, client_id=client_id)
+        parts += ["sp", credential_hash({"clientid": client_id, "clientsecret": client_secret})]
+    key = identity_key("azure", *parts, pod_scope(env, pod))
+    return Identity(key=key, subject=pod.subject, credential=login)
+
+
+def build_credential(store: AzureStore, login: Login, transport: Any, assertion: Any) -> Any:
+    """The SDK credential for one identity; `assertion()` returns the latest pod token."""
+    from azure.identity.aio import (
+        ClientAssertionCredential,
+        ClientSecretCredential,
+        ManagedIdentityCredential,
+    )
+
+    # One try per token request: retry_transient owns retries, so they don't multiply.
+    common: dict[str, Any] = {"transport": transport, "retry_total": 0}
+    aad = {
+        **common,
+        "authority": login.endpoints.authority_host,
+        "disable_instance_discovery": True,
+    }
+    if store.auth == "workload-identity":
+        return ClientAssertionCredential(store.tenant_id, login.client_id, assertion, **aad)
+    if store.auth == "service-principal":
+        return ClientSecretCredential(store.tenant_id, login.client_id, login.client_secret, **aad)
+    return ManagedIdentityCredential(client_id=login.client_id or None, **common)
+
+
+class AssertionSource:
+    """The client assertion callback: the newest pod token of the identity (never printed).
+
+    Every Mount brings a fresh token, while the credential (cached per identity key) asks for
+    one only when it logs in again, possibly long after the Mount that built it.
+    """
+
+    def __init__(self) -> None:
+        self.token = ""
+
+    def __call__(self) -> str:
+        return self.token
+
+    def __repr__(self) -> str:
+        return "AssertionSource(<hidden>)"
+
+
+class LoginRefused(PermissionDenied):
+    """Entra refused the login: the whole Mount fails, not one object."""
+
+
+class CheckedCredential:
+    """Wraps the SDK credential so a failed login surfaces as our error, raised once per call.
+
+    The Key Vault clients ask for tokens inside their pipeline (after the 401 challenge), so this
+    is where an Entra failure can be told apart from a Key Vault answer.
+    """
+
+    def __init__(self, inner: Any, store: AzureStore, subject: str) -> None:
+        self._inner, self._store, self._subject = inner, store, subject
+
+    async def get_token(self, *scopes: str, **kwargs: Any) -> Any:
+        return await self._call(self._inner.get_token, scopes, kwargs)
+
+    async def get_token_info(self, *scopes: str, **kwargs: Any) -> Any:
+        return await self._call(self._inner.get_token_info, scopes, kwargs)
+
+    async def _call(self, method: Any, scopes: tuple[str, ...], kwargs: Any) -> Any:
+        from azure.core.exceptions import ClientAuthenticationError, ServiceRequestError
+
+        try:
+            return await method(*scopes, **kwargs)
+        except ServiceRequestError as exc:
+            raise StoreUnavailable(f"Microsoft Entra unreachable: {scrub(exc)}") from None
+        except ClientAuthenticationError as exc:
+            status = getattr(exc.response, "status_code", None) if exc.response else None
+            if status is not None and (status == 429 or status >= 500):
+                raise StoreUnavailable(f"Microsoft Entra answered {status}") from None
+            raise LoginRefused(self._refusal(exc)) from None
+
+    def _refusal(self, exc: Exception) -> str:
+        s = self._store
+        how = {
+            "workload-identity": f"workload identity (clientID {s.client_id}, the pod's token for "
+            f"audience {AUDIENCE!r}); check the federated credential's subject "
+            f"system:serviceaccount:{self._subject.replace('/', ':')} and issuer",
+            "service-principal": "the nodePublishSecretRef service principal; check clientid and "
+            "clientsecret",
+            "vm-managed-identity": "the node's managed identity "
+            f"{s.user_assigned_identity_id or '(system-assigned)'}",
+        }[s.auth]
+        return (
+            f"Microsoft Entra refused the login of {self._subject} to tenant {s.tenant_id} for "
+            f"Key Vault {s.vault_name} with {how}: {scrub(getattr(exc, 'message', exc))}"
+        )
+
+    async def close(self) -> None:
+        await self._inner.close()
+
+    async def __aenter__(self) -> CheckedCredential:
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self.close()

@@ -1,0 +1,200 @@
+"""Reads of one Key Vault as one identity, and the one place Azure SDK errors are translated.
+
+Each read is one GET (or one version listing) through the SDK's aio clients, retried by
+`retry_transient` only; the SDK's own retry policy is off (`retry_total=0`) so a throttled vault
+sees our bounded, Retry-After-honouring retries and not those multiplied by the SDK's.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import email.utils
+import time
+from collections.abc import AsyncIterator, Awaitable, Callable
+from contextlib import asynccontextmanager
+from dataclasses import dataclass, replace
+from datetime import UTC, datetime
+from typing import Any, TypeVar
+
+from backends.azure import certs
+from backends.azure.auth import AssertionSource, CheckedCredential
+from backends.azure.params import AzureRef
+from backends.base import FetchContext, Identity, SecretValue
+from provider.errors import (
+    BridgeError,
+    DeadlineExceeded,
+    InvalidParameters,
+    NotFound,
+    PermissionDenied,
+    StoreUnavailable,
+    scrub,
+)
+from provider.metrics import Metrics
+from provider.retrying import retry_transient
+
+T = TypeVar("T")
+PFX = "application/x-pkcs12"
+PEM = "application/x-pem-file"
+_ROLE = {
+    "secret": "Key Vault Secrets User",
+    "key": "Key Vault Crypto User",
+    "cert": "Key Vault Certificate User",
+}
+
+
+@dataclass
+class VaultSession:
+    """Credential and clients of one identity key, shared by every Mount with that key."""
+
+    vault_name: str
+    credential: CheckedCredential
+    secrets: Any
+    keys: Any
+    certificates: Any
+    #: The latest pod token of this identity, read by the credential when it logs in again.
+    assertion: AssertionSource
+
+    async def close(self) -> None:
+        for client in (self.secrets, self.keys, self.certificates):
+            await client.close()
+        await self.credential.close()
+
+
+class VaultReader:
+    """Reads refs for one Mount: retries, deadline, metrics and error translation around each."""
+
+    def __init__(
+        self, session: VaultSession, identity: Identity, ctx: FetchContext, metrics: Metrics
+    ) -> None:
+        self._s, self._identity, self._ctx, self._metrics = session, identity, ctx, metrics
+
+    async def read(self, ref: AzureRef) -> list[SecretValue]:
+        if not ref.history:
+            return [await self._call(ref, "get", lambda: self._one(ref, ref.version))]
+        versions = await self._call(ref, "list_versions", lambda: self._versions(ref))
+        values = []
+        for i, version in enumerate(versions):
+            value = await self._call(ref, "get", lambda v=version: self._one(ref, v))  # type: ignore[misc]
+            values.append(
+                replace(value, suffix=str(i), version_id=f"{ref.object_type}/{ref.name}/{i}")
+            )
+        return values
+
+    async def _one(self, ref: AzureRef, version: str) -> SecretValue:
+        if ref.object_type == "key":
+            key = await self._s.keys.get_key(ref.name, version or None)
+            return SecretValue(certs.public_key_pem(key.key), version=key.properties.version)
+        if ref.object_type == "cert":
+            client = self._s.certificates
+            if version:
+                cert = await client.get_certificate_version(ref.name, version)
+            else:
+                cert = await client.get_certificate(ref.name)
+            return SecretValue(
+                certs.cert_pem(bytes(cert.cer or b"")), version=cert.properties.version
+            )
+        secret = await self._s.secrets.get_secret(ref.name, version or None)
+        return SecretValue(_secret_content(ref, secret), version=secret.properties.version)
+
+    async def _versions(self, ref: AzureRef) -> list[str]:
+        """Enabled versions, newest first, from objectVersion when set, at most `history`."""
+        lister = {
+            "secret": self._s.secrets.list_properties_of_secret_versions,
+            "key": self._s.keys.list_properties_of_key_versions,
+            "cert": self._s.certificates.list_properties_of_certificate_versions,
+        }[ref.object_type]
+        found = [(p.created_on, p.version) async for p in lister(ref.name) if p.enabled]
+        epoch = datetime.min.replace(tzinfo=UTC)
+        found.sort(key=lambda cv: cv[0] or epoch, reverse=True)
+        ordered = [v for _, v in found]
+        if ref.version:
+            if ref.version not in ordered:
+                raise NotFound(self._where(ref) + f" has no enabled version {ref.version!r}")
+            ordered = ordered[ordered.index(ref.version) :]
+        if not ordered:
+            raise NotFound(self._where(ref) + " has no enabled versions")
+        return ordered[: ref.history]
+
+    async def _call(self, ref: AzureRef, operation: str, call: Callable[[], Awaitable[T]]) -> T:
+        async def attempt() -> T:
+            with self._metrics.backend_call("azure", f"{ref.object_type}.{operation}"):
+                async with self._translated(ref):
+                    return await call()
+
+        return await retry_transient(attempt, self._ctx, on_retry=self._count_retry)
+
+    def _count_retry(self, exc: BaseException) -> None:
+        reason = "throttled" if getattr(exc, "retry_after", None) is not None else "unavailable"
+        self._metrics.retries.labels("azure", reason).inc()
+
+    def _where(self, ref: AzureRef) -> str:
+        version = f" (version {ref.version})" if ref.version else ""
+        return f"Key Vault {self._s.vault_name}: {ref.object_type} {ref.name!r}{version}"
+
+    @asynccontextmanager
+    async def _translated(self, ref: AzureRef) -> AsyncIterator[None]:
+        """THE translation of Azure SDK exceptions into provider errors for this backend."""
+        from azure.core.exceptions import AzureError, HttpResponseError, ServiceRequestError
+
+        try:
+            async with asyncio.timeout(max(0.0, self._ctx.deadline - time.monotonic())):
+                yield
+        except BridgeError:
+            raise
+        except TimeoutError:
+            raise DeadlineExceeded(self._where(ref) + ": the Mount's deadline passed") from None
+        except certs.ConversionError as exc:
+            raise InvalidParameters(f"{self._where(ref)}: {exc}") from None
+        except HttpResponseError as exc:
+            raise self._http_error(ref, exc) from None
+        except ServiceRequestError as exc:
+            raise StoreUnavailable(f"{self._where(ref)}: unreachable: {scrub(exc)}") from None
+        except (AzureError, ValueError) as exc:
+            # ValueError: the SDK refuses a challenge whose resource does not match the vault.
+            raise StoreUnavailable(f"{self._where(ref)}: {scrub(exc)}") from None
+
+    def _http_error(self, ref: AzureRef, exc: Any) -> BridgeError:
+        status = exc.status_code or 0
+        where, who = self._where(ref), self._identity.subject
+        text = scrub(getattr(exc, "message", "") or exc.reason or "")
+        if status == 404:
+            return NotFound(f"{where} does not exist ({text}); check objectName and objectType")
+        if status in (401, 403):
+            return PermissionDenied(
+                f"{where}: {who} may not read it ({status}: {text}); grant the pod's identity "
+                f"the {_ROLE[ref.object_type]} role on the vault, or the matching access policy"
+                + ("; version history also needs list permission" if ref.history else "")
+            )
+        if status == 429 or status >= 500:
+            retry_after = _retry_after(exc.response) if status == 429 else None
+            return StoreUnavailable(
+                f"{where}: Key Vault answered {status}", retry_after=retry_after
+            )
+        return InvalidParameters(f"{where}: Key Vault refused the request ({status}: {text})")
+
+
+def _secret_content(ref: AzureRef, secret: Any) -> bytes:
+    value: str = secret.value or ""
+    props = secret.properties
+    # A certificate's secret (it has a key id): PEM-stored ones are written as stored; PFX-stored
+    # ones become key + ordered chain PEM, unless objectFormat asked for the PFX itself.
+    if props.key_id and props.content_type == PFX and not ref.pfx:
+        return certs.pfx_to_pem(value)
+    return value.encode()
+
+
+def _retry_after(response: Any) -> float | None:
+    headers = getattr(response, "headers", None) or {}
+    millis = headers.get("x-ms-retry-after-ms") or headers.get("retry-after-ms")
+    try:
+        if millis:
+            return max(0.0, float(millis) / 1000)
+        raw = headers.get("Retry-After")
+        if not raw:
+            return None
+        if raw.strip().isdigit():
+            return float(raw)
+        when = email.utils.parsedate_to_datetime(raw)
+        return max(0.0, when.timestamp() - time.time())
+    except (TypeError, ValueError):
+        return None

@@ -1,0 +1,95 @@
+"""The Azure Key Vault backend: identify the pod, then read secrets, keys and certificates.
+
+Per identity key one `VaultSession` (credential + the three aio clients) is cached in
+`env.credentials`; the SDK credential inside keeps its Entra token until shortly before it
+expires, so a rollout of many pods with one service account logs in once.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Hashable, Mapping, Sequence
+from typing import Any
+
+from backends.azure import auth
+from backends.azure.client import VaultReader, VaultSession
+from backends.azure.params import AzureRef, AzureStore
+from backends.azure.transport import SharedSession
+from backends.base import BackendEnv, FetchContext, Fetched, Identity, Pod, StorePlan
+from provider.errors import BridgeError
+
+#: How long a session is reused before it is rebuilt (its credential refreshes tokens itself).
+SESSION_TTL = 3000.0
+#: Concurrent Key Vault reads per provider process: a rollout stays under the vault's quota
+#: (4,000 GETs per 10 s per vault) without serialising one pod's objects.
+MAX_CONCURRENT_READS = 32
+
+
+class AzureBackend:
+    name = "azure"
+
+    def __init__(self, env: BackendEnv) -> None:
+        self._env = env
+        self._http = SharedSession(env.options)
+        self._reads = asyncio.Semaphore(MAX_CONCURRENT_READS)
+
+    async def identify(self, plan: StorePlan, pod: Pod) -> Identity:
+        assert isinstance(plan.store, AzureStore)
+        return await auth.identify(self._env, plan.store, pod)
+
+    async def fetch(
+        self, plan: StorePlan, identity: Identity, refs: Sequence[Hashable], ctx: FetchContext
+    ) -> Mapping[Hashable, Fetched]:
+        store, login = plan.store, identity.credential
+        assert isinstance(store, AzureStore) and isinstance(login, auth.Login)
+        session = await self._env.credentials.get_or_load(
+            identity.key, lambda: self._open(store, login, identity)
+        )
+        session.assertion.token = login.assertion
+        reader = VaultReader(session, identity, ctx, self._env.metrics)
+        outcomes = await asyncio.gather(
+            *(self._read(reader, ref) for ref in refs), return_exceptions=True
+        )
+        results: dict[Hashable, Fetched] = {}
+        for ref, outcome in zip(refs, outcomes, strict=True):
+            if isinstance(outcome, auth.LoginRefused):
+                # A refused login fails the whole Mount; the next one builds a fresh session.
+                self._env.credentials.invalidate(identity.key, session)
+                raise outcome
+            if isinstance(outcome, BaseException) and not isinstance(outcome, BridgeError):
+                raise outcome
+            results[ref] = outcome
+        return results
+
+    async def _read(self, reader: VaultReader, ref: Hashable) -> Fetched:
+        assert isinstance(ref, AzureRef)
+        async with self._reads:
+            return await reader.read(ref)
+
+    async def _open(
+        self, store: AzureStore, login: auth.Login, identity: Identity
+    ) -> tuple[VaultSession, float]:
+        from azure.keyvault.certificates.aio import CertificateClient
+        from azure.keyvault.keys.aio import KeyClient
+        from azure.keyvault.secrets.aio import SecretClient
+
+        source = auth.AssertionSource()
+        source.token = login.assertion
+        inner = auth.build_credential(store, login, await self._http.transport(), source)
+        credential = auth.CheckedCredential(inner, store, identity.subject)
+        url = login.endpoints.vault_url
+        clients: list[Any] = []
+        for cls in (SecretClient, KeyClient, CertificateClient):
+            # retry_total=0: retry_transient is the only retry loop (see client.py).
+            transport = await self._http.transport()
+            clients.append(cls(url, credential, transport=transport, retry_total=0))
+        secrets, keys, certificates = clients
+        session = VaultSession(store.vault_name, credential, secrets, keys, certificates, source)
+        return session, SESSION_TTL
+
+    async def close(self) -> None:
+        await self._http.close()
+
+
+def create(env: BackendEnv) -> AzureBackend:
+    return AzureBackend(env)

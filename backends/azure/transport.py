@@ -1,0 +1,73 @@
+"""One aiohttp session for every Entra and Key Vault call of the backend.
+
+Each cached identity gets its own credential and clients, but they all share this session (the
+SDK's transports are built with `session_owner=False`), so evicting an identity from the cache
+leaks no connections and a thousand identities do not open a thousand pools. `--azure-ca-file`
+and `--azure-connect-to` shape the session: a private CA, and a fixed address for every host
+(TLS still checks the real host name, so tests exercise the real challenge and SNI rules).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import socket
+import ssl
+from typing import Any
+
+import aiohttp
+from aiohttp.abc import AbstractResolver, ResolveResult
+
+from backends.azure.options import Options
+
+
+class _ConnectTo(AbstractResolver):
+    """Resolves every host name to one HOST:PORT (like curl's --connect-to)."""
+
+    def __init__(self, target: str) -> None:
+        host, _, port = target.rpartition(":")
+        if not host or not port.isdigit():
+            raise ValueError(f"--azure-connect-to {target!r}: expected HOST:PORT")
+        self._host, self._port = host.strip("[]"), int(port)
+        self._inner = aiohttp.ThreadedResolver()
+
+    async def resolve(
+        self, host: str, port: int = 0, family: socket.AddressFamily = socket.AF_INET
+    ) -> list[ResolveResult]:
+        found = await self._inner.resolve(self._host, self._port, family)
+        return [{**r, "hostname": host} for r in found]  # type: ignore[typeddict-item]
+
+    async def close(self) -> None:
+        await self._inner.close()
+
+
+class SharedSession:
+    def __init__(self, options: Options | None) -> None:
+        self._options = options or Options()
+        self._session: aiohttp.ClientSession | None = None
+        self._lock = asyncio.Lock()
+
+    async def transport(self) -> Any:
+        """A fresh SDK transport over the shared session (cheap; closing it keeps the session)."""
+        from azure.core.pipeline.transport import AioHttpTransport
+
+        async with self._lock:
+            if self._session is None or self._session.closed:
+                self._session = self._build()
+        return AioHttpTransport(session=self._session, session_owner=False)
+
+    def _build(self) -> aiohttp.ClientSession:
+        context = ssl.create_default_context(cafile=self._options.ca_file or None)
+        resolver = _ConnectTo(self._options.connect_to) if self._options.connect_to else None
+        connector = aiohttp.TCPConnector(ssl=context, resolver=resolver, limit=100)
+        # As azure-core's own sessions: the SDK decompresses and keeps no cookies itself.
+        return aiohttp.ClientSession(
+            connector=connector,
+            trust_env=True,
+            cookie_jar=aiohttp.DummyCookieJar(),
+            auto_decompress=False,
+        )
+
+    async def close(self) -> None:
+        if self._session is not None:
+            await self._session.close()
+            self._session = None

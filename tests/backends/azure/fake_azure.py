@@ -1,0 +1,247 @@
+"""A local Microsoft Entra token endpoint and Key Vault, speaking the real REST wire.
+
+One aiohttp HTTPS server answers for `login.microsoftonline.com` and `<vault>.vault.azure.net`
+(routed by the Host header; the backend reaches it through --azure-connect-to and trusts its CA
+through --azure-ca-file). Key Vault calls follow the challenge flow: a request without a bearer
+token gets 401 with `WWW-Authenticate: Bearer authorization=..., resource=...`; every other call
+must carry a token this server issued, for the vault's tenant and resource, and is answered per
+principal (the client id the token was issued to) from the vault's access list.
+"""
+
+from __future__ import annotations
+
+import base64
+import itertools
+import re
+import secrets
+import ssl
+from dataclasses import dataclass, field
+from typing import Any
+
+from aiohttp import web
+
+AUTHORITY = "login.microsoftonline.com"
+SUFFIX = "vault.azure.net"
+RESOURCE = f"https://{SUFFIX}"
+_counter = itertools.count(1)
+
+
+def b64url(raw: bytes) -> str:
+    return base64.urlsafe_b64encode(raw).decode().rstrip("=")
+
+
+@dataclass
+class Version:
+    version: str
+    created: int
+    enabled: bool
+    #: The REST bundle without id/attributes (value/contentType/kid, key, cer, ...).
+    body: dict[str, Any]
+
+
+@dataclass
+class Vault:
+    name: str
+    tenant: str
+    #: principal (client id) -> readable (type, name) pairs; "*" for everything.
+    access: dict[str, set[tuple[str, str]] | str] = field(default_factory=dict)
+    objects: dict[tuple[str, str], list[Version]] = field(default_factory=dict)
+
+    @property
+    def url(self) -> str:
+        return f"https://{self.name}.{SUFFIX}"
+
+    def add(self, kind: str, name: str, body: dict[str, Any], *, enabled: bool = True) -> str:
+        """Add a version (newest); returns its 32-hex version id."""
+        version = secrets.token_hex(16)
+        self.objects.setdefault((kind, name), []).append(
+            Version(version, 1_700_000_000 + next(_counter), enabled, body)
+        )
+        return version
+
+
+@dataclass
+class Calls:
+    tokens: list[dict[str, str]] = field(default_factory=list)
+    vault: list[tuple[str, str, str]] = field(default_factory=list)  # (vault, path, principal)
+
+
+class FakeAzure:
+    def __init__(self) -> None:
+        self.vaults: dict[str, Vault] = {}
+        #: (tenant, client id) -> pod tokens accepted as its client assertion (federation).
+        self.federated: dict[tuple[str, str], set[str]] = {}
+        #: (tenant, client id) -> client secret (service principals).
+        self.client_secrets: dict[tuple[str, str], str] = {}
+        #: access token -> (tenant, principal, scope)
+        self.issued: dict[str, tuple[str, str, str]] = {}
+        #: (vault, kind, name) -> how many 429s to answer before serving it.
+        self.throttle: dict[tuple[str, str, str], int] = {}
+        self.retry_after = "1"
+        self.calls = Calls()
+
+    def vault(self, name: str, tenant: str) -> Vault:
+        self.vaults[name] = Vault(name, tenant)
+        return self.vaults[name]
+
+    def app(self) -> web.Application:
+        app = web.Application()
+        app.router.add_route("*", "/{tail:.*}", self._dispatch)
+        return app
+
+    async def _dispatch(self, request: web.Request) -> web.StreamResponse:
+        host = request.host.split(":")[0]
+        if host == AUTHORITY:
+            return await self._entra(request)
+        if host.endswith("." + SUFFIX):
+            return self._vault(host.removesuffix("." + SUFFIX), request)
+        return web.json_response({"error": f"unknown host {host}"}, status=421)
+
+    # --- Microsoft Entra -------------------------------------------------------------------
+    async def _entra(self, request: web.Request) -> web.StreamResponse:
+        m = re.fullmatch(r"/([^/]+)/v2\.0/\.well-known/openid-configuration", request.path)
+        if m and request.method == "GET":
+            base = f"https://{AUTHORITY}/{m.group(1)}"
+            return web.json_response(
+                {
+                    "token_endpoint": f"{base}/oauth2/v2.0/token",
+                    "authorization_endpoint": f"{base}/oauth2/v2.0/authorize",
+                    "issuer": f"{base}/v2.0",
+                }
+            )
+        m = re.fullmatch(r"/([^/]+)/oauth2/v2\.0/token", request.path)
+        if not m or request.method != "POST":
+            return web.json_response({"error": "not_found"}, status=404)
+        tenant, form = m.group(1), dict(await request.post())
+        self.calls.tokens.append({k: str(v) for k, v in form.items()})
+        client = str(form.get("client_id", ""))
+        assertion, secret = form.get("client_assertion"), form.get("client_secret")
+        if assertion is not None:
+            ok = str(assertion) in self.federated.get((tenant, client), set())
+            why = (
+                "AADSTS700213: No matching federated identity record found for presented assertion."
+            )
+        else:
+            ok = secret is not None and self.client_secrets.get((tenant, client)) == secret
+            why = "AADSTS7000215: Invalid client secret provided."
+        if form.get("grant_type") != "client_credentials" or not ok:
+            return web.json_response(
+                {"error": "invalid_client", "error_description": why, "error_codes": [700213]},
+                status=401,
+            )
+        token = "at-" + secrets.token_urlsafe(16)
+        self.issued[token] = (tenant, client, str(form.get("scope", "")))
+        return web.json_response(
+            {
+                "token_type": "Bearer",
+                "expires_in": 3599,
+                "ext_expires_in": 3599,
+                "access_token": token,
+            }
+        )
+
+    # --- Key Vault -------------------------------------------------------------------------
+    def _vault(self, name: str, request: web.Request) -> web.StreamResponse:
+        vault = self.vaults.get(name)
+        if vault is None:
+            return web.json_response({"error": "no such vault"}, status=404)
+        principal = self._principal(vault, request)
+        if principal is None:
+            challenge = (
+                f'Bearer authorization="https://{AUTHORITY}/{vault.tenant}", resource="{RESOURCE}"'
+            )
+            return web.json_response(
+                {
+                    "error": {
+                        "code": "Unauthorized",
+                        "message": "AKV10000: Request is missing a Bearer",
+                    }
+                },
+                status=401,
+                headers={"WWW-Authenticate": challenge},
+            )
+        self.calls.vault.append((name, request.path, principal))
+        m = re.fullmatch(r"/(secrets|keys|certificates)/([^/]+)(?:/([^/]*))?/?", request.path)
+        if not m or request.method != "GET":
+            return _error(400, "BadParameter", "unsupported request")
+        kind = {"secrets": "secret", "keys": "key", "certificates": "cert"}[m.group(1)]
+        obj, version = m.group(2), m.group(3) or ""
+        allowed = vault.access.get(principal)
+        if allowed != "*" and (allowed is None or (kind, obj) not in allowed):
+            return _error(
+                403,
+                "Forbidden",
+                f"The user, group or application 'appid={principal}' does not have {kind}s get "
+                f"permission on key vault '{name}'.",
+            )
+        remaining = self.throttle.get((name, kind, obj), 0)
+        if remaining:
+            self.throttle[(name, kind, obj)] = remaining - 1
+            return _error(429, "Throttled", "Too many requests", {"Retry-After": self.retry_after})
+        versions = vault.objects.get((kind, obj))
+        if not versions:
+            return _error(
+                404, f"{kind.title()}NotFound", f"A {kind} with (name/id) {obj} was not found"
+            )
+        if version == "versions":
+            return web.json_response(
+                {"value": [self._item(vault, kind, obj, v) for v in versions], "nextLink": None}
+            )
+        chosen = (
+            versions[-1]
+            if not version
+            else next((v for v in versions if v.version == version), None)
+        )
+        if chosen is None:
+            return _error(
+                404,
+                f"{kind.title()}NotFound",
+                f"A {kind} with (name/id) {obj}/{version} was not found",
+            )
+        return web.json_response(
+            {**self._item(vault, kind, obj, chosen), **_body(vault, kind, obj, chosen)}
+        )
+
+    def _principal(self, vault: Vault, request: web.Request) -> str | None:
+        auth = request.headers.get("Authorization", "")
+        if not auth.startswith("Bearer "):
+            return None
+        issued = self.issued.get(auth.removeprefix("Bearer "))
+        if issued is None or issued[0] != vault.tenant or issued[2] != RESOURCE + "/.default":
+            return None
+        return issued[1]
+
+    def _item(self, vault: Vault, kind: str, name: str, v: Version) -> dict[str, Any]:
+        path = {"secret": "secrets", "key": "keys", "cert": "certificates"}[kind]
+        attributes = {"enabled": v.enabled, "created": v.created, "updated": v.created}
+        ident = f"{vault.url}/{path}/{name}/{v.version}"
+        if kind == "key":
+            return {"kid": ident, "attributes": attributes}
+        return {"id": ident, "attributes": attributes}
+
+
+def _body(vault: Vault, kind: str, name: str, v: Version) -> dict[str, Any]:
+    body = dict(v.body)
+    if kind == "key":
+        body["key"] = {**body["key"], "kid": f"{vault.url}/keys/{name}/{v.version}"}
+    if body.pop("certificate_backed", False):
+        body["kid"] = f"{vault.url}/keys/{name}/{v.version}"
+        body["managed"] = True
+    return body
+
+
+def _error(
+    status: int, code: str, message: str, headers: dict[str, str] | None = None
+) -> web.Response:
+    return web.json_response(
+        {"error": {"code": code, "message": message}}, status=status, headers=headers
+    )
+
+
+async def start(fake: FakeAzure, context: ssl.SSLContext) -> tuple[web.AppRunner, int]:
+    runner = web.AppRunner(fake.app(), handle_signals=False, access_log=None)
+    await runner.setup()
+    site = web.TCPSite(runner, "127.0.0.1", 0, ssl_context=context)
+    await site.start()
+    port = runner.addresses[0][1]
+    return runner, port
