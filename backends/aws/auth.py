@@ -1,0 +1,246 @@
+"""Who the pod is to AWS, and the temporary credentials that go with it.
+
+Three ways, chosen per class:
+  - EKS Pod Identity (`usePodIdentity: "true"`): the pod's `pods.eks.amazonaws.com` token is
+    sent to the node's Pod Identity agent, which answers with the associated role's credentials.
+  - IRSA: AssumeRoleWithWebIdentity with the pod's `sts.amazonaws.com` token for `roleArn`, or
+    for the ServiceAccount's `eks.amazonaws.com/role-arn` annotation.
+  - The node's own credentials (the provider's default chain): only for namespaces listed in
+    --allow-node-identity-namespaces, because a pod author can leave every parameter out.
+Credentials are cached per identity key until shortly before they expire, so a rollout of many
+pods under one ServiceAccount logs in once.
+"""
+
+from __future__ import annotations
+
+import re
+import time
+from dataclasses import dataclass, field
+from datetime import datetime
+from typing import Any, Literal
+
+from backends.aws.clients import ClientPool, Credentials
+from backends.aws.errors import translated
+from backends.aws.options import POD_IDENTITY_IPV4, POD_IDENTITY_IPV6, Options
+from backends.aws.params import AwsStore
+from backends.base import BackendEnv, FetchContext, Identity, Pod, identity_key
+from provider.caching import ExpiringCache
+from provider.errors import BridgeError, PermissionDenied, StoreUnavailable, scrub
+from provider.identity import pod_scope, pod_token, require_node_identity
+from provider.retrying import retry_transient
+
+IRSA_AUDIENCE = "sts.amazonaws.com"
+POD_IDENTITY_AUDIENCE = "pods.eks.amazonaws.com"
+ROLE_ANNOTATION = "eks.amazonaws.com/role-arn"
+#: Seconds a ServiceAccount's role annotation is reused (a rollout reads it once).
+ANNOTATION_TTL = 30.0
+#: Credentials are dropped this long before AWS stops accepting them (at most).
+EXPIRY_MARGIN = 300.0
+
+
+@dataclass(frozen=True)
+class Login:
+    """How to obtain credentials; `token` is the pod's, never logged or keyed."""
+
+    kind: Literal["irsa", "pod-identity", "node"]
+    role_arn: str = ""
+    session_name: str = ""
+    token: str = field(default="", repr=False)
+
+    def describe(self, subject: str) -> str:
+        if self.kind == "irsa":
+            return f"{subject} as role {self.role_arn}"
+        if self.kind == "pod-identity":
+            return f"{subject} via EKS Pod Identity"
+        return f"{subject} with the node's credentials"
+
+
+class Authenticator:
+    def __init__(self, env: BackendEnv, options: Options, pool: ClientPool) -> None:
+        self._env = env
+        self._options = options
+        self._pool = pool
+        self._annotations: ExpiringCache[str] = ExpiringCache(max_entries=4096)
+
+    async def identify(self, store: AwsStore, pod: Pod) -> Identity:
+        login = await self._login(store, pod)
+        auth = {"irsa": f"irsa:{login.role_arn}", "node": "node"}.get(
+            login.kind, f"pod-identity:{store.address_type}"
+        )
+        key = identity_key(
+            "aws", store.region, store.failover_region or "-", auth, pod_scope(self._env, pod)
+        )
+        return Identity(key=key, subject=pod.subject, credential=login)
+
+    async def _login(self, store: AwsStore, pod: Pod) -> Login:
+        if store.use_pod_identity:
+            token = await pod_token(self._env, pod, POD_IDENTITY_AUDIENCE)
+            return Login("pod-identity", token=token)
+        role = store.role_arn or await self._annotated_role(pod)
+        if role:
+            token = await pod_token(self._env, pod, IRSA_AUDIENCE)
+            return Login("irsa", role, _session_name(pod), token)
+        require_node_identity(
+            self._env,
+            pod,
+            f"The AWS class (no roleArn parameter, no {ROLE_ANNOTATION} annotation on "
+            f"ServiceAccount {pod.subject}, usePodIdentity not set)",
+        )
+        return Login("node")
+
+    async def _annotated_role(self, pod: Pod) -> str:
+        async def load() -> tuple[str, float]:
+            annotations = await self._env.kube.service_account_annotations(
+                pod.namespace, pod.service_account
+            )
+            return annotations.get(ROLE_ANNOTATION, "").strip(), ANNOTATION_TTL
+
+        return await self._annotations.get_or_load((pod.namespace, pod.service_account), load)
+
+    async def credentials(
+        self, store: AwsStore, identity: Identity, ctx: FetchContext
+    ) -> Credentials | None:
+        login = identity.credential
+        assert isinstance(login, Login)
+        if login.kind == "node":
+            return None
+
+        async def load() -> tuple[Credentials, float]:
+            if login.kind == "irsa":
+                creds = await self._assume_role(store, login, identity.subject, ctx)
+            else:
+                creds = await retry_transient(
+                    lambda: self._pod_identity(store, login, identity.subject), ctx
+                )
+            return creds, _ttl(creds)
+
+        creds: Credentials = await self._env.credentials.get_or_load(identity.key, load)
+        return creds
+
+    def forget(self, identity: Identity, stale: Credentials | None) -> None:
+        """Drop credentials AWS called expired, so the next call logs in again (once)."""
+        self._env.credentials.invalidate(identity.key, stale)
+
+    async def _assume_role(
+        self, store: AwsStore, login: Login, subject: str, ctx: FetchContext
+    ) -> Credentials:
+        async def attempt() -> Credentials:
+            # STS in the failover region when the primary's is unreachable.
+            last: BridgeError | None = None
+            for region in store.regions:
+                try:
+                    return await self._assume_in(region, login, subject)
+                except BridgeError as exc:
+                    if not exc.transient:
+                        raise
+                    last = exc
+            assert last is not None
+            raise last
+
+        return await retry_transient(attempt, ctx)
+
+    async def _assume_in(self, region: str, login: Login, subject: str) -> Credentials:
+        what = f"AssumeRoleWithWebIdentity for {login.role_arn} in {region} (pod {subject})"
+        hint = (
+            f"; the role's trust policy must allow {subject} "
+            f"(sub system:serviceaccount:{subject.replace('/', ':')}, aud {IRSA_AUDIENCE})"
+        )
+        operation = "AssumeRoleWithWebIdentity"
+        with self._env.metrics.backend_call("aws", operation), translated(what, hint):
+            client = await self._pool.get("sts", region, None)
+            response = await client.assume_role_with_web_identity(
+                RoleArn=login.role_arn,
+                RoleSessionName=login.session_name,
+                WebIdentityToken=login.token,
+            )
+            raw = response["Credentials"]
+            return Credentials(
+                access_key_id=raw["AccessKeyId"],
+                secret_access_key=raw["SecretAccessKey"],
+                session_token=raw.get("SessionToken", ""),
+                expires=_epoch(raw.get("Expiration")),
+            )
+
+    async def _pod_identity(self, store: AwsStore, login: Login, subject: str) -> Credentials:
+        endpoints = self._agent_endpoints(store)
+        last: BridgeError | None = None
+        for url in endpoints:
+            try:
+                return await self._ask_agent(url, login, subject)
+            except StoreUnavailable as exc:
+                last = exc  # "auto" tries IPv6 when IPv4 is unreachable, as upstream
+        assert last is not None
+        raise last
+
+    def _agent_endpoints(self, store: AwsStore) -> list[str]:
+        if self._options.pod_identity_endpoint:
+            return [self._options.pod_identity_endpoint]
+        return {
+            "ipv4": [POD_IDENTITY_IPV4],
+            "ipv6": [POD_IDENTITY_IPV6],
+        }.get(store.address_type, [POD_IDENTITY_IPV4, POD_IDENTITY_IPV6])
+
+    async def _ask_agent(self, url: str, login: Login, subject: str) -> Credentials:
+        import aiohttp
+
+        what = f"EKS Pod Identity agent at {url} (pod {subject})"
+        timeout = aiohttp.ClientTimeout(
+            total=self._options.connect_timeout + self._options.read_timeout,
+            connect=self._options.connect_timeout,
+        )
+        with self._env.metrics.backend_call("aws", "PodIdentityCredentials"), translated(what):
+            async with (
+                aiohttp.ClientSession(timeout=timeout) as http,
+                http.get(url, headers={"Authorization": login.token}) as response,
+            ):
+                text = await response.text()
+                status = response.status
+                if status == 200:
+                    return _agent_credentials(await _json(response), what)
+        if status in (400, 401, 403, 404):
+            raise PermissionDenied(
+                f"{what}: refused (HTTP {status}: {scrub(text)}); create a Pod Identity "
+                f"association for ServiceAccount {subject}, or set usePodIdentity to false"
+            )
+        raise StoreUnavailable(f"{what}: HTTP {status}: {scrub(text)}")
+
+
+async def _json(response: Any) -> Any:
+    return await response.json(content_type=None)
+
+
+def _agent_credentials(data: Any, what: str) -> Credentials:
+    try:
+        return Credentials(
+            access_key_id=str(data["AccessKeyId"]),
+            secret_access_key=str(data["SecretAccessKey"]),
+            session_token=str(data.get("Token", "")),
+            expires=_epoch(data.get("Expiration")),
+        )
+    except (KeyError, TypeError, AttributeError):
+        raise StoreUnavailable(f"{what}: the answer holds no credentials") from None
+
+
+def _epoch(value: Any) -> float:
+    if isinstance(value, datetime):
+        return value.timestamp()
+    if isinstance(value, str) and value:
+        try:
+            return datetime.fromisoformat(value.replace("Z", "+00:00")).timestamp()
+        except ValueError:
+            return 0.0
+    return 0.0
+
+
+def _ttl(creds: Credentials) -> float:
+    """How long to keep credentials: until a margin before expiry (a fifth of their life)."""
+    if not creds.expires:
+        return 600.0  # unknown expiry: short, so a revoked role is noticed soon
+    remaining = creds.expires - time.time()
+    return max(0.0, remaining - min(EXPIRY_MARGIN, remaining / 5))
+
+
+def _session_name(pod: Pod) -> str:
+    # CloudTrail shows it: name the pod's service account; AWS allows [\w+=,.@-]{2,64}.
+    name = re.sub(r"[^\w+=,.@-]", "-", f"secrets-bridge-{pod.namespace}-{pod.service_account}")
+    return name[:64]

@@ -1,0 +1,246 @@
+"""The store calls of one fetch: Secrets Manager reads and checks, SSM batches, failover.
+
+Failover follows upstream's rule: a transient failure in the primary region (unreachable, 5xx,
+throttled) sends the same call to the failover region; a 4xx (denied, not found) is the answer,
+so a misconfiguration is never masked by a stale copy elsewhere. Each attempt tries the primary
+then the failover region, and attempts are retried within the Mount's retry budget.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import Awaitable, Callable, Hashable, Sequence
+from dataclasses import dataclass
+from typing import Any, TypeVar
+
+from backends.aws.auth import Login
+from backends.aws.clients import ClientPool, Credentials
+from backends.aws.errors import AwsDenied, translated
+from backends.aws.params import AwsRef, AwsStore, Target
+from backends.base import BackendEnv, FetchContext, Fetched, Identity, SecretValue
+from provider.errors import BridgeError, DeadlineExceeded, NotFound, StoreUnavailable
+from provider.retrying import retry_transient
+
+T = TypeVar("T")
+#: GetParameters takes at most ten names.
+SSM_BATCH = 10
+
+
+@dataclass
+class Shared:
+    """What a backend lends each fetch."""
+
+    env: BackendEnv
+    pool: ClientPool
+    limit: asyncio.Semaphore
+
+
+class Reader:
+    def __init__(
+        self,
+        shared: Shared,
+        store: AwsStore,
+        identity: Identity,
+        creds: Credentials | None,
+        ctx: FetchContext,
+    ) -> None:
+        self._shared = shared
+        self._store = store
+        self._identity = identity
+        self._creds = creds
+        self._ctx = ctx
+        login = identity.credential
+        self._who = login.describe(identity.subject) if isinstance(login, Login) else ""
+
+    # -- failover and calls ------------------------------------------------------------------
+
+    async def with_failover(self, call: Callable[[int], Awaitable[T]]) -> tuple[T, int]:
+        """Run call(region index) in the primary, then in the failover region when transient."""
+
+        async def attempt() -> tuple[T, int]:
+            try:
+                return await call(0), 0
+            except BridgeError as exc:
+                if not (exc.transient and self._store.failover_region):
+                    raise
+                primary = exc
+            try:
+                return await call(1), 1
+            except BridgeError as exc:
+                if not exc.transient:
+                    raise
+                raise StoreUnavailable(
+                    f"{primary}; failover region {self._store.failover_region}: {exc}"
+                ) from None
+
+        return await retry_transient(attempt, self._ctx)
+
+    async def call(
+        self, service: str, region: str, operation: str, what: str, hint: str, **kwargs: Any
+    ) -> Any:
+        """One AWS call: concurrency-limited, counted, deadline-bounded, translated."""
+        remaining = self._ctx.deadline - time.monotonic()
+        if remaining <= 0:
+            raise DeadlineExceeded(f"{what}: the Mount's deadline passed")
+        async with self._shared.limit:
+            with self._shared.env.metrics.backend_call("aws", operation):
+                try:
+                    async with asyncio.timeout(remaining):
+                        with translated(what, hint):
+                            client = await self._shared.pool.get(service, region, self._creds)
+                            method = getattr(client, _snake(operation))
+                            return await method(**kwargs)
+                except TimeoutError:
+                    raise DeadlineExceeded(f"{what}: the Mount's deadline passed") from None
+
+    def region(self, index: int) -> str:
+        return self._store.regions[index]
+
+    def _what(self, kind: str, target: Target, index: int) -> str:
+        selector = target.name
+        if target.version:
+            selector += f" version {target.version}"
+        if target.label:
+            selector += f" label {target.label}"
+        return f"{kind} {selector!r} in {self.region(index)} (read by {self._who})"
+
+    # -- Secrets Manager ---------------------------------------------------------------------
+
+    async def secret_value(self, ref: AwsRef, index: int) -> SecretValue:
+        target = ref.target(index)
+        kwargs: dict[str, Any] = {"SecretId": target.name}
+        if target.version:
+            kwargs["VersionId"] = target.version
+        if target.label:
+            kwargs["VersionStage"] = target.label
+        hint = "; allow secretsmanager:GetSecretValue on it (and kms:Decrypt on its key)"
+        what = self._what("Secrets Manager secret", target, index)
+        response = await self.call(
+            "secretsmanager", self.region(index), "GetSecretValue", what, hint, **kwargs
+        )
+        if response.get("SecretString") is not None:
+            content = str(response["SecretString"]).encode()
+        else:
+            content = bytes(response.get("SecretBinary") or b"")
+        return SecretValue(content=content, version=response.get("VersionId"))
+
+    async def confirm(self, ref: AwsRef, index: int, held: SecretValue) -> bool:
+        """Whether `held` is still the version the object names (one DescribeSecret)."""
+        target = ref.target(index)
+        what = self._what("Secrets Manager secret", target, index)
+        try:
+            response = await self.call(
+                "secretsmanager",
+                self.region(index),
+                "DescribeSecret",
+                what,
+                "",
+                SecretId=target.name,
+            )
+        except BridgeError:
+            return False  # denied or failing: a plain read decides
+        stages: dict[str, list[str]] = response.get("VersionIdsToStages") or {}
+        if target.version:
+            return target.version == held.version and target.version in stages
+        wanted = target.label or "AWSCURRENT"
+        current = [vid for vid, names in stages.items() if wanted in (names or [])]
+        return current == [held.version]
+
+    # -- SSM Parameter Store -----------------------------------------------------------------
+
+    async def parameters(self, refs: Sequence[AwsRef], index: int) -> dict[Hashable, Fetched]:
+        """Read SSM refs in `index`'s region, ten per GetParameters call."""
+        batches = pack(refs, index)
+        parts = await asyncio.gather(*(self._parameter_batch(b, index) for b in batches))
+        results: dict[Hashable, Fetched] = {}
+        for part in parts:
+            results.update(part)
+        return results
+
+    async def _parameter_batch(self, refs: Sequence[AwsRef], index: int) -> dict[Hashable, Fetched]:
+        region = self.region(index)
+        selectors = {_selector(ref.target(index)): ref for ref in refs}
+        names = ", ".join(repr(s) for s in selectors)
+        what = f"SSM parameters {names} in {region} (read by {self._who})"
+        hint = "; allow ssm:GetParameters on them (and kms:Decrypt for SecureString)"
+        try:
+            response = await self.call(
+                "ssm",
+                region,
+                "GetParameters",
+                what,
+                hint,
+                Names=list(selectors),
+                WithDecryption=True,
+            )
+        except AwsDenied:
+            if len(refs) == 1:
+                raise
+            # AWS refuses the whole batch for one forbidden name: ask one by one to say which.
+            parts = await asyncio.gather(*(self._parameter_single(ref, index) for ref in refs))
+            return dict(zip(refs, parts, strict=True))
+        return self._match(response, selectors, index)
+
+    async def _parameter_single(self, ref: AwsRef, index: int) -> Fetched:
+        try:
+            result = await self._parameter_batch([ref], index)
+        except BridgeError as exc:
+            return exc
+        return result[ref]
+
+    def _match(
+        self, response: Any, selectors: dict[str, AwsRef], index: int
+    ) -> dict[Hashable, Fetched]:
+        # A batch never holds one name twice (see pack), so Name or ARN identifies the request.
+        by_name = {ref.target(index).name: ref for ref in selectors.values()}
+        results: dict[Hashable, Fetched] = {}
+        for param in response.get("Parameters") or []:
+            ref = by_name.get(param.get("Name")) or by_name.get(param.get("ARN"))
+            if ref is None:
+                continue
+            value = str(param.get("Value", ""))
+            version = param.get("Version")
+            results[ref] = [
+                SecretValue(
+                    content=value.encode(), version=None if version is None else str(version)
+                )
+            ]
+        for ref in selectors.values():
+            if ref not in results:
+                what = self._what("SSM parameter", ref.target(index), index)
+                results[ref] = NotFound(f"{what}: not found")
+        return results
+
+
+def pack(refs: Sequence[AwsRef], index: int) -> list[list[AwsRef]]:
+    """Batches of at most ten, never two selectors of one name in a batch.
+
+    GetParameters answers with the parameter's name (moto omits the `Selector` field), so two
+    versions of one name in a batch could not be told apart.
+    """
+    batches: list[list[AwsRef]] = []
+    names: list[set[str]] = []
+    for ref in refs:
+        name = ref.target(index).name
+        for batch, seen in zip(batches, names, strict=True):
+            if len(batch) < SSM_BATCH and name not in seen:
+                batch.append(ref)
+                seen.add(name)
+                break
+        else:
+            batches.append([ref])
+            names.append({name})
+    return batches
+
+
+def _selector(target: Target) -> str:
+    if target.version:
+        return f"{target.name}:{target.version}"
+    if target.label:
+        return f"{target.name}:{target.label}"
+    return target.name
+
+
+def _snake(operation: str) -> str:
+    return "".join(f"_{c.lower()}" if c.isupper() else c for c in operation).lstrip("_")

@@ -1,0 +1,133 @@
+"""The AWS backend: Secrets Manager and SSM Parameter Store through aiobotocore.
+
+A fetch logs in once (cached credentials), reads the SSM refs in batches of ten and the Secrets
+Manager refs concurrently (both under one per-backend concurrency limit), and answers per ref.
+Secrets Manager values are remembered for --revalidate-max-age: a repeat fetch within that age
+asks DescribeSecret which version the object names now, and returns the remembered value when it
+is unchanged (DescribeSecret has four times GetSecretValue's quota and returns no secret).
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Hashable, Mapping, Sequence
+
+from backends.aws.auth import Authenticator
+from backends.aws.clients import ClientPool, Credentials
+from backends.aws.errors import STALE_CREDENTIALS, AwsDenied
+from backends.aws.options import Options
+from backends.aws.params import AwsRef, AwsStore
+from backends.aws.reading import Reader, Shared, pack
+from backends.base import (
+    BackendEnv,
+    FetchContext,
+    Fetched,
+    Identity,
+    Pod,
+    SecretValue,
+    StorePlan,
+)
+from provider.caching import ExpiringCache
+from provider.errors import BridgeError
+
+#: Bounds of the values held for revalidation (they live in memory only).
+HELD_ENTRIES = 10_000
+HELD_BYTES = 64 * 1024 * 1024
+
+
+class AwsBackend:
+    name = "aws"
+
+    def __init__(self, env: BackendEnv) -> None:
+        self._env = env
+        self._options: Options = env.options if isinstance(env.options, Options) else Options()
+        self._pool = ClientPool(self._options)
+        self._auth = Authenticator(env, self._options, self._pool)
+        self._shared = Shared(env, self._pool, asyncio.Semaphore(self._options.max_concurrency))
+        self._held: ExpiringCache[tuple[SecretValue, int]] = ExpiringCache(
+            max_entries=HELD_ENTRIES,
+            max_bytes=HELD_BYTES,
+            size_of=lambda held: len(held[0].content),
+            on_event=env.metrics.cache_counter("aws-revalidate"),
+        )
+
+    async def identify(self, plan: StorePlan, pod: Pod) -> Identity:
+        assert isinstance(plan.store, AwsStore)
+        return await self._auth.identify(plan.store, pod)
+
+    async def fetch(
+        self, plan: StorePlan, identity: Identity, refs: Sequence[Hashable], ctx: FetchContext
+    ) -> Mapping[Hashable, Fetched]:
+        store = plan.store
+        assert isinstance(store, AwsStore)
+        aws_refs = [ref for ref in refs if isinstance(ref, AwsRef)]
+        creds = await self._auth.credentials(store, identity, ctx)
+        results = await self._read(store, identity, creds, aws_refs, ctx)
+        stale = [ref for ref in aws_refs if _expired(results[ref])]
+        if stale:
+            # AWS says the credentials expired before we thought: one shared re-login.
+            self._auth.forget(identity, creds)
+            creds = await self._auth.credentials(store, identity, ctx)
+            results.update(await self._read(store, identity, creds, stale, ctx))
+        return results
+
+    async def _read(
+        self,
+        store: AwsStore,
+        identity: Identity,
+        creds: Credentials | None,
+        refs: Sequence[AwsRef],
+        ctx: FetchContext,
+    ) -> dict[Hashable, Fetched]:
+        reader = Reader(self._shared, store, identity, creds, ctx)
+        ssm = [ref for ref in refs if ref.service == "ssm"]
+        secrets = [ref for ref in refs if ref.service == "secretsmanager"]
+        parameters, values = await asyncio.gather(
+            self._parameters(reader, ssm),
+            asyncio.gather(*(self._secret(reader, identity, ref) for ref in secrets)),
+        )
+        results: dict[Hashable, Fetched] = dict(parameters)
+        results.update(zip(secrets, values, strict=True))
+        return results
+
+    async def _parameters(self, reader: Reader, refs: list[AwsRef]) -> dict[Hashable, Fetched]:
+        # Batches are formed by primary names; each batch fails over as a whole.
+        parts = await asyncio.gather(*(self._batch(reader, b) for b in pack(refs, 0)))
+        results: dict[Hashable, Fetched] = {}
+        for part in parts:
+            results.update(part)
+        return results
+
+    async def _batch(self, reader: Reader, batch: list[AwsRef]) -> dict[Hashable, Fetched]:
+        try:
+            part, _ = await reader.with_failover(lambda index: reader.parameters(batch, index))
+        except BridgeError as exc:
+            return dict.fromkeys(batch, exc)
+        return part
+
+    async def _secret(self, reader: Reader, identity: Identity, ref: AwsRef) -> Fetched:
+        max_age = self._env.core.revalidate_max_age
+        key = (identity.key, ref)
+        held = self._held.get(key) if max_age > 0 else None
+        if held is not None and await reader.confirm(ref, held[1], held[0]):
+            self._env.metrics.cache_counter("aws-revalidate")("confirmed")
+            return [held[0]]
+        try:
+            value, index = await reader.with_failover(lambda i: reader.secret_value(ref, i))
+        except BridgeError as exc:
+            return exc
+        if max_age > 0:
+            # The age counts from this read: confirmations do not extend it.
+            self._held.put(key, (value, index), max_age)
+        return [value]
+
+    async def close(self) -> None:
+        await self._pool.close()
+
+
+def _expired(result: Fetched) -> bool:
+    return isinstance(result, AwsDenied) and result.aws_code in STALE_CREDENTIALS
+
+
+def create(env: BackendEnv) -> AwsBackend:
+    return AwsBackend(env)

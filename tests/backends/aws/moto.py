@@ -1,0 +1,185 @@
+"""Real AWS-API servers for tests and benchmarks: moto_server, and a counting proxy before it.
+
+    with moto_server() as moto:             # a real `moto_server` on 127.0.0.1:<free port>
+        moto.client("secretsmanager").create_secret(Name="db", SecretString="...")
+        moto.reset()                        # forget every resource (POST /moto-api/reset)
+
+    proxy = CountingProxy(moto.url)         # aiohttp, in the test's event loop
+    await proxy.start()                     # proxy.url: point the backend here
+    proxy.counts["GetParameters"]           # requests seen, by AWS operation
+    proxy.deny.add("forbidden")             # 400 AccessDeniedException for bodies naming it
+    proxy.deny_operations.add("DescribeSecret")  # ... or for every call of an operation
+    proxy.unavailable = True                # 503 ServiceUnavailable for everything
+    await proxy.stop()
+
+The proxy sits on the real wire between the SDK and moto, so counts are what AWS would bill.
+Seed data through `moto.client` (boto3, synchronous), never through the proxy: the proxy runs in
+the test's event loop, which a synchronous call would block.
+"""
+
+from __future__ import annotations
+
+import collections
+import contextlib
+import json
+import os
+import socket
+import subprocess
+import sys
+import time
+import urllib.request
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+from aiohttp import ClientSession, web
+
+REGION = "us-east-1"
+ACCOUNT = "123456789012"
+_MOTO = Path(sys.executable).with_name("moto_server")
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def closed_url() -> str:
+    """A loopback URL nobody listens on: connections are refused at once."""
+    return f"http://127.0.0.1:{free_port()}"
+
+
+class MotoServer:
+    def __init__(self, port: int, process: subprocess.Popen[bytes]) -> None:
+        self.port = port
+        self.url = f"http://127.0.0.1:{port}"
+        self.process = process
+
+    def client(self, service: str, region: str = REGION) -> Any:
+        import boto3
+
+        return boto3.client(
+            service,
+            region_name=region,
+            endpoint_url=self.url,
+            aws_access_key_id="testing",
+            aws_secret_access_key="testing",
+        )
+
+    def reset(self) -> None:
+        request = urllib.request.Request(f"{self.url}/moto-api/reset", method="POST")
+        with urllib.request.urlopen(request, timeout=10):
+            pass
+
+    def stop(self) -> None:
+        self.process.terminate()
+        try:
+            self.process.wait(timeout=10)
+        except subprocess.TimeoutExpired:
+            self.process.kill()
+            self.process.wait()
+
+
+@contextlib.contextmanager
+def moto_server(start_timeout: float = 30.0) -> Iterator[MotoServer]:
+    port = free_port()
+    env = {**os.environ, "MOTO_ALLOW_NONEXISTENT_REGION": "true"}
+    process = subprocess.Popen(
+        [str(_MOTO), "-H", "127.0.0.1", "-p", str(port)],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+        env=env,
+    )
+    server = MotoServer(port, process)
+    try:
+        _wait_ready(server, start_timeout)
+        yield server
+    finally:
+        server.stop()
+
+
+def _wait_ready(server: MotoServer, timeout: float) -> None:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if server.process.poll() is not None:
+            raise RuntimeError(f"moto_server exited with {server.process.returncode}")
+        try:
+            with urllib.request.urlopen(f"{server.url}/moto-api/", timeout=1):
+                return
+        except OSError:
+            time.sleep(0.1)
+    raise RuntimeError(f"moto_server did not answer on {server.url} within {timeout}s")
+
+
+def operation(headers: Any, body: bytes) -> str:
+    """The AWS operation of a request: X-Amz-Target (JSON APIs) or Action= (query APIs)."""
+    target = headers.get("X-Amz-Target", "")
+    if target:
+        return str(target).rpartition(".")[2]
+    for pair in body.decode(errors="replace").split("&"):
+        key, _, value = pair.partition("=")
+        if key == "Action":
+            return value
+    return "unknown"
+
+
+class CountingProxy:
+    def __init__(self, target: str) -> None:
+        self.target = target
+        self.counts: collections.Counter[str] = collections.Counter()
+        #: Request bodies seen, by operation (tests inspect batch sizes).
+        self.bodies: dict[str, list[Any]] = collections.defaultdict(list)
+        self.deny: set[str] = set()
+        #: Operations answered with AccessDeniedException whatever they name.
+        self.deny_operations: set[str] = set()
+        self.unavailable = False
+        self.url = ""
+        self._runner: web.AppRunner | None = None
+        self._http: ClientSession | None = None
+
+    async def start(self) -> str:
+        app = web.Application()
+        app.router.add_route("*", "/{tail:.*}", self._handle)
+        self._runner = web.AppRunner(app, handle_signals=False)
+        await self._runner.setup()
+        port = free_port()
+        await web.TCPSite(self._runner, "127.0.0.1", port).start()
+        self._http = ClientSession()
+        self.url = f"http://127.0.0.1:{port}"
+        return self.url
+
+    async def stop(self) -> None:
+        if self._http is not None:
+            await self._http.close()
+        if self._runner is not None:
+            await self._runner.cleanup()
+
+    async def _handle(self, request: web.Request) -> web.StreamResponse:
+        body = await request.read()
+        op = operation(request.headers, body)
+        self.counts[op] += 1
+        with contextlib.suppress(ValueError):
+            self.bodies[op].append(json.loads(body or b"null"))
+        if self.unavailable:
+            return _aws_error(503, "ServiceUnavailable", "the test made this region unavailable")
+        text = body.decode(errors="replace")
+        if op in self.deny_operations or any(word in text for word in self.deny):
+            return _aws_error(400, "AccessDeniedException", "the test denies this request")
+        assert self._http is not None
+        headers = {k: v for k, v in request.headers.items() if k.lower() != "host"}
+        async with self._http.request(
+            request.method, self.target + request.path_qs, data=body, headers=headers
+        ) as upstream:
+            payload = await upstream.read()
+            keep = {
+                k: v
+                for k, v in upstream.headers.items()
+                if k.lower() not in ("content-length", "transfer-encoding", "connection")
+            }
+            return web.Response(status=upstream.status, body=payload, headers=keep)
+
+
+def _aws_error(status: int, code: str, message: str) -> web.Response:
+    body = json.dumps({"__type": code, "message": message})
+    return web.Response(status=status, text=body, content_type="application/x-amz-json-1.1")
