@@ -41,10 +41,10 @@ class Stack:
     def plan(self, parameters: dict[str, str]) -> StorePlan:
         return params.parse(parameters, ParseContext(options=self.options))
 
-    def rebuild(self, **option_changes: Any) -> GcpBackend:
-        """A second backend on the same fake Google (other options, same credential cache)."""
+    def rebuild(self, core: dict[str, Any] | None = None, **option_changes: Any) -> GcpBackend:
+        """Another backend on the same fake Google, with other options or core settings."""
         options = Options(**{**self.options.__dict__, **option_changes})
-        env = make_env("gcp", options, kube_api_url=self.http)
+        env = make_env("gcp", options, kube_api_url=self.http, **(core or {}))
         return create(env)
 
 

@@ -9,10 +9,8 @@ may read them — so a test that serves one identity another's value fails at th
 
 from __future__ import annotations
 
-import json
 import secrets
 import time
-import urllib.parse
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -199,11 +197,3 @@ def http_app(google: FakeGoogle) -> web.Application:
     app.router.add_post("/oauth2/token", oauth)
     app.router.add_get("/api/v1/namespaces/{ns}/serviceaccounts/{name}", service_account)
     return app
-
-
-def form_of(text: str) -> dict[str, str]:
-    return dict(urllib.parse.parse_qsl(text))
-
-
-def dumps(value: Any) -> str:
-    return json.dumps(value, separators=(",", ":"))
