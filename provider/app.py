@@ -96,7 +96,13 @@ def _bind_socket(path: str) -> None:
         os.unlink(path)
 
 
-async def serve(settings: ServeSettings, *, ready: asyncio.Event | None = None) -> int:
+async def serve(
+    settings: ServeSettings,
+    *,
+    ready: asyncio.Event | None = None,
+    stop: asyncio.Event | None = None,
+) -> int:
+    """Serve until SIGTERM/SIGINT (or `stop` is set, for tests and the demo)."""
     metrics = Metrics()
     mounter, backends = build_mounter(settings, metrics)
     servicer = ProviderServicer(mounter=mounter, metrics=metrics)
@@ -112,7 +118,7 @@ async def serve(settings: ServeSettings, *, ready: asyncio.Event | None = None) 
     runner = await http.start(
         http.build_app(socket_path=settings.socket, metrics=metrics), settings.health_addr
     )
-    stop = asyncio.Event()
+    stop = stop or asyncio.Event()
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGTERM, signal.SIGINT):
         loop.add_signal_handler(sig, stop.set)
@@ -127,6 +133,8 @@ async def serve(settings: ServeSettings, *, ready: asyncio.Event | None = None) 
         log.info("stopping", extra={"fields": {"grace_period": settings.grace_period}})
         # Stop accepting at once; in-flight mounts get the grace period to finish.
         await asyncio.shield(_shutdown(server, runner, backends, settings))
+        for sig in (signal.SIGTERM, signal.SIGINT):
+            loop.remove_signal_handler(sig)
     return 0
 
 

@@ -9,3 +9,7 @@ class Options:
         default=None,
         metadata={"help": "YAML/JSON file with the fake store's secrets (re-read when it changes)"},
     )
+    latency: float = field(
+        default=0.0,
+        metadata={"help": "seconds every fake read takes (tests of coalescing and deadlines)"},
+    )

@@ -53,7 +53,7 @@ class FakeBackend:
         #: Reads served, by path: tests count store calls with it.
         self.reads: dict[str, int] = {}
         #: Seconds each read takes (tests of coalescing and deadlines set it).
-        self.latency = 0.0
+        self.latency: float = env.options.latency if env.options else 0.0
 
     async def identify(self, plan: StorePlan, pod: Pod) -> Identity:
         store = plan.store

@@ -1,0 +1,59 @@
+"""Shared parsing helpers: modes, booleans, safe YAML (no aliases, bounded depth)."""
+
+from __future__ import annotations
+
+import time
+
+import pytest
+
+from provider.errors import InvalidParameters
+from provider.parsing import Problems, load_yaml, parse_bool, parse_mode
+
+
+@pytest.mark.parametrize(
+    ("value", "mode"), [(0o400, 0o400), ("0400", 0o400), ("644", 0o644), (None, None), ("", None)]
+)
+def test_modes(value: object, mode: int | None) -> None:
+    problems = Problems()
+    assert parse_mode(value, "f", problems) == mode
+    assert problems.items == []
+
+
+@pytest.mark.parametrize("value", ["0999", "rw", True, 0o1777, -1, "0x1"])
+def test_bad_modes(value: object) -> None:
+    problems = Problems()
+    assert parse_mode(value, "objects[0].filePermission", problems) is None
+    assert problems.items[0].startswith("objects[0].filePermission")
+
+
+@pytest.mark.parametrize("value", ["yes", "1", 3])
+def test_bad_bool(value: object) -> None:
+    problems = Problems()
+    parse_bool(value, "explode", problems)
+    assert "explode" in problems.items[0]
+
+
+def test_yaml_aliases_are_refused_quickly() -> None:
+    laughs = "a: &a [x, x, x, x, x, x, x, x, x]\n" + "".join(
+        f"{c}: &{c} [*{p}, *{p}, *{p}, *{p}, *{p}, *{p}, *{p}, *{p}, *{p}]\n"
+        for p, c in zip("abcdefgh", "bcdefghi", strict=True)
+    )
+    start = time.monotonic()
+    with pytest.raises(InvalidParameters, match=r"objects: invalid YAML at line 2.*aliases"):
+        load_yaml(laughs, "objects")
+    assert time.monotonic() - start < 1.0
+
+
+def test_deep_yaml_is_refused() -> None:
+    with pytest.raises(InvalidParameters, match="nested deeper than"):
+        load_yaml("[" * 100 + "]" * 100, "objects")
+
+
+def test_oversized_yaml_is_refused() -> None:
+    with pytest.raises(InvalidParameters, match="over the"):
+        load_yaml("- a\n" * 200_000, "objects")
+
+
+def test_yaml_error_names_field_and_line() -> None:
+    with pytest.raises(InvalidParameters, match=r"^templates: invalid YAML at line 2"):
+        load_yaml("- a: 1\n - b: [", "templates")

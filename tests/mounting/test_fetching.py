@@ -1,0 +1,80 @@
+"""Single-flight, the value cache and identity isolation, counted at the fake store."""
+
+from __future__ import annotations
+
+import asyncio
+from pathlib import Path
+
+import pytest
+
+from provider.errors import MissingCredential, MountFailed
+from tests.helpers import make_pod
+from tests.mounting.conftest import Harness
+
+OBJECTS = [
+    {"objectName": "a", "secretPath": "s"},
+    {"objectName": "b", "secretPath": "s", "extract": "k"},
+]
+
+
+async def test_concurrent_mounts_share_one_read_with_cache_off(tmp_path: Path) -> None:
+    h = Harness(tmp_path)
+    h.write({"secrets": {"s": '{"k": "v"}'}})
+    h.fake.latency = 0.2
+    results = await asyncio.gather(*(h.mounter.mount(h.request(OBJECTS)) for _ in range(50)))
+    assert all(len(r.files) == 2 for r in results)
+    assert h.fake.reads == {"s": 1}  # 50 mounts x 2 objects of one ref -> one read
+    # Cache off: a later mount reads again.
+    await h.mounter.mount(h.request(OBJECTS))
+    assert h.fake.reads == {"s": 2}
+
+
+async def test_value_cache_serves_repeat_mounts_within_ttl(tmp_path: Path) -> None:
+    h = Harness(tmp_path, cache_ttl=30)
+    h.write({"secrets": {"s": '{"k": "v"}'}})
+    for _ in range(5):
+        await h.mounter.mount(h.request(OBJECTS))
+    assert h.fake.reads == {"s": 1}
+
+
+async def test_cache_is_keyed_by_identity(tmp_path: Path) -> None:
+    h = Harness(tmp_path, cache_ttl=30)
+    h.write({"secrets": {"s": "v"}, "access": {"s": ["default/app"]}})
+    await h.mounter.mount(h.request(OBJECTS[:1]))
+    for pod in (make_pod(service_account="other"), make_pod(namespace="evil")):
+        with pytest.raises(MountFailed, match="may not read"):
+            await h.mounter.mount(h.request(OBJECTS[:1], pod=pod))
+    assert h.fake.reads == {"s": 3}
+
+
+async def test_no_token_no_answer_even_when_cached(tmp_path: Path) -> None:
+    h = Harness(tmp_path, cache_ttl=30)
+    h.write({"secrets": {"s": "v"}})
+    with_token = make_pod(tokens={"fake-aud": "jwt"})
+    await h.mounter.mount(h.request(OBJECTS[:1], pod=with_token, audience="fake-aud"))
+    with pytest.raises(MissingCredential, match="'fake-aud'"):
+        await h.mounter.mount(h.request(OBJECTS[:1], audience="fake-aud"))
+    assert h.fake.reads == {"s": 1}
+
+
+async def test_errors_are_not_cached(tmp_path: Path) -> None:
+    h = Harness(tmp_path, cache_ttl=30)
+    h.write({"secrets": {}})
+    with pytest.raises(MountFailed):
+        await h.mounter.mount(h.request(OBJECTS[:1]))
+    h.write({"secrets": {"s": "now-here"}})
+    result = await h.mounter.mount(h.request(OBJECTS[:1]))
+    assert result.files[0].contents == b"now-here"
+
+
+async def test_mixed_failures_report_the_actionable_code(tmp_path: Path) -> None:
+    import grpc
+
+    h = Harness(tmp_path)
+    h.write({"secrets": {"ok": "v"}, "failures": {"down": "unavailable", "gone": "notfound"}})
+    objects = [{"objectName": n, "secretPath": n} for n in ("ok", "down", "gone")]
+    with pytest.raises(MountFailed) as info:
+        await h.mounter.mount(h.request(objects))
+    assert info.value.code == grpc.StatusCode.NOT_FOUND
+    assert "'down'" in str(info.value) and "'gone'" in str(info.value)
+    assert "fake, default/app" in str(info.value)
