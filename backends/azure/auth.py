@@ -151,6 +151,10 @@ class AssertionSource:
         return "AssertionSource(<hidden>)"
 
 
+class EntraUnavailable(StoreUnavailable):
+    """Entra unreachable or failing; client.py adds the vault and object to the message."""
+
+
 class LoginRefused(PermissionDenied):
     """Entra refused the login: the whole Mount fails, not one object."""
 
@@ -177,11 +181,11 @@ class CheckedCredential:
         try:
             return await method(*scopes, **kwargs)
         except ServiceRequestError as exc:
-            raise StoreUnavailable(f"Microsoft Entra unreachable: {scrub(exc)}") from None
+            raise EntraUnavailable(f"Microsoft Entra unreachable: {scrub(exc)}") from None
         except ClientAuthenticationError as exc:
             status = getattr(exc.response, "status_code", None) if exc.response else None
             if status is not None and (status == 429 or status >= 500):
-                raise StoreUnavailable(f"Microsoft Entra answered {status}") from None
+                raise EntraUnavailable(f"Microsoft Entra answered {status}") from None
             raise LoginRefused(self._refusal(exc)) from None
 
     def _refusal(self, exc: Exception) -> str:

@@ -17,7 +17,7 @@ from datetime import UTC, datetime
 from typing import Any, TypeVar
 
 from backends.azure import certs
-from backends.azure.auth import AssertionSource, CheckedCredential
+from backends.azure.auth import AssertionSource, CheckedCredential, EntraUnavailable
 from backends.azure.params import AzureRef
 from backends.base import FetchContext, Identity, SecretValue
 from provider.errors import (
@@ -139,6 +139,8 @@ class VaultReader:
         try:
             async with asyncio.timeout(max(0.0, self._ctx.deadline - time.monotonic())):
                 yield
+        except EntraUnavailable as exc:
+            raise StoreUnavailable(f"{self._where(ref)}: {exc}") from None
         except BridgeError:
             raise
         except TimeoutError:

@@ -78,6 +78,8 @@ class FakeAzure:
         #: (vault, kind, name) -> how many 429s to answer before serving it.
         self.throttle: dict[tuple[str, str, str], int] = {}
         self.retry_after = "1"
+        #: The status the throttled answers carry (429, or a 5xx to simulate an outage).
+        self.throttle_status = 429
         self.calls = Calls()
 
     def vault(self, name: str, tenant: str) -> Vault:
@@ -177,7 +179,8 @@ class FakeAzure:
         remaining = self.throttle.get((name, kind, obj), 0)
         if remaining:
             self.throttle[(name, kind, obj)] = remaining - 1
-            return _error(429, "Throttled", "Too many requests", {"Retry-After": self.retry_after})
+            headers = {"Retry-After": self.retry_after}
+            return _error(self.throttle_status, "Throttled", "Too many requests", headers)
         versions = vault.objects.get((kind, obj))
         if not versions:
             return _error(
