@@ -94,7 +94,12 @@ def login_error(reply: Reply, store: VaultStore, identity: Identity) -> BridgeEr
         + (f", namespace {store.namespace!r})" if store.namespace else ")")
     )
     if reply.status not in (400, 401, 403):
-        return status_error(reply, doing, denied="")
+        return status_error(
+            reply,
+            doing,
+            denied="",
+            not_found="check vaultNamespace and vaultAuthMountPath",
+        )
     why = reply.errors()
     return PermissionDenied(
         f"{doing} was refused (HTTP {reply.status}: {why}); {_cause(why, store, identity)}"

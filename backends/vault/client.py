@@ -120,7 +120,9 @@ class VaultHTTP:
                 headers=headers,
                 timeout=aiohttp.ClientTimeout(total=remaining),
                 server_hostname=tls.server_name or None,
-                allow_redirects=False,
+                # Vault standbys without request forwarding redirect to the active node; the
+                # Go client (and so vault-csi-provider) follows, keeping method and body.
+                max_redirects=3,
             ) as resp:
                 data = await self._read_body(resp, address, path)
                 return Reply(resp.status, data, dict(resp.headers))
@@ -137,6 +139,8 @@ class VaultHTTP:
         except aiohttp.ClientSSLError as exc:
             raise _tls_error(address, exc) from None
         except (aiohttp.ClientError, OSError, ValueError) as exc:
+            if _is_tls_failure(exc):
+                raise _tls_error(address, exc) from None
             raise StoreUnavailable(
                 f"Vault at {address} is unreachable ({type(exc).__name__}: {scrub(exc)}); check "
                 "vaultAddress / --vault-addr and that Vault is running"
@@ -195,6 +199,17 @@ def _tls_error(address: str, exc: Exception) -> StoreUnavailable:
     # A certificate mismatch does not heal by retrying within this Mount.
     error.transient = False
     return error
+
+
+def _is_tls_failure(exc: BaseException) -> bool:
+    # A handshake refused by the server (e.g. no client certificate) surfaces as an OSError
+    # from the SSL layer after connecting, not as aiohttp's certificate error.
+    seen: BaseException | None = exc
+    while seen is not None:
+        if isinstance(seen, ssl.SSLError) or "[SSL:" in str(seen):
+            return True
+        seen = seen.__cause__ or seen.__context__
+    return False
 
 
 def _wants_tls(address: str) -> bool:

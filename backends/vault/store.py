@@ -27,7 +27,7 @@ from backends.base import (
 from backends.vault.auth import Authenticator, VaultToken
 from backends.vault.client import Reply, VaultHTTP, status_error
 from backends.vault.params import VaultRef, VaultStore
-from provider.errors import BridgeError, InvalidParameters, NotFound
+from provider.errors import BridgeError, NotFound, StoreUnavailable
 from provider.identity import pod_scope, pod_token
 from provider.retrying import retry_transient
 
@@ -106,7 +106,7 @@ class VaultBackend:
             f"reading {ref.describe()} for {names.get(ref, 'object')} as {identity.subject} "
             f"(role {store.role!r}, auth/{store.mount})"
         )
-        if reply.status != 200:
+        if not 200 <= reply.status < 300:
             return _read_error(reply, doing, store, ref)
         return _value(reply, doing)
 
@@ -161,12 +161,18 @@ def _read_error(reply: Reply, doing: str, store: VaultStore, ref: VaultRef) -> B
 
 def _value(reply: Reply, doing: str) -> Fetched:
     """The whole response as the file (upstream), `data` (or KV v2's `data.data`) for keys."""
+    if not reply.body.strip():
+        return NotFound(f"{doing}: Vault answered HTTP {reply.status} with no data")
     try:
         payload: Any = json.loads(reply.body)
     except ValueError:
         payload = None
     if not isinstance(payload, dict):
-        return InvalidParameters(f"{doing}: Vault's answer is not a JSON object")
+        error = StoreUnavailable(
+            f"{doing}: the answer is not Vault's JSON; does vaultAddress point at Vault?"
+        )
+        error.transient = False  # a proxy or a wrong address will not change within a Mount
+        return error
     if payload.get("data") is None and not payload.get("auth"):
         warnings = reply.errors() if payload.get("warnings") else "no data"
         return NotFound(f"{doing}: Vault returned no data ({warnings})")

@@ -49,7 +49,7 @@ def openbao(
     signing_key: SigningKey,
     token_review: TokenReviewStub,
 ) -> Iterator[OpenBao]:
-    server = OpenBao.start(Path(tmp_path_factory.mktemp("openbao")))
+    server = OpenBao.start(Path(tmp_path_factory.mktemp("openbao")), tls=True)
     try:
         server.put_policy("app", APP_POLICY)
         server.put_policy("other", OTHER_POLICY)
@@ -65,6 +65,19 @@ def openbao(
             "kubernetes", "app", namespace="default", service_account="app", policies=["app"]
         )
         server.enable_kv("kv1", 1)
+        # An OpenBao namespace with its own jwt auth, KV and role of the same name.
+        server.create_namespace("team")
+        server.put_policy("app", APP_POLICY, vault_namespace="team")
+        server.configure_jwt_auth("jwt", signing_key.public_pem, vault_namespace="team")
+        server.add_jwt_role(
+            "jwt",
+            "app",
+            namespace="default",
+            service_account="app",
+            policies=["app"],
+            vault_namespace="team",
+        )
+        server.enable_kv("secret", 2, vault_namespace="team")
         yield server
     finally:
         server.stop()

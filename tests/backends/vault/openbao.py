@@ -2,16 +2,20 @@
 
 Reusable by any test (backend, end-to-end, benchmarks):
 
-    server = OpenBao.start(tmp_dir)          # free loopback port, audit log, waits until healthy
+    server = OpenBao.start(tmp_dir, tls=True)  # free loopback ports, audit log, waits for health
     keys = SigningKey.generate()
     server.configure_jwt_auth("jwt", keys.public_pem)
     server.add_jwt_role("jwt", "app", namespace="default", service_account="app",
                         policies=["read-all"])
     token = keys.pod_token("default", "app", audience="vault")
-    server.audit_counts()                    # {("update", "auth/jwt/login"): 1, ...}
+    server.audit_mark()
+    ...                                        # traffic under test
+    server.audit_counts()                      # {("update", "auth/jwt/login"): 1, ...}
     server.stop()
 
 Admin calls go through hvac with the root token (hvac is synchronous; tests call it directly).
+Every admin method takes `vault_namespace` for OpenBao namespaces ("" = the root namespace).
+`TokenReviewStub` stands in for the Kubernetes API of the kubernetes auth method.
 """
 
 from __future__ import annotations
@@ -28,6 +32,7 @@ import threading
 import time
 import urllib.request
 from collections import Counter
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -40,6 +45,8 @@ from cryptography.hazmat.primitives.asymmetric import rsa
 from cryptography.x509.oid import NameOID
 
 ROOT_TOKEN = "root"
+#: The only name in the TLS listeners' certificate (not 127.0.0.1): clients must send it.
+TLS_SERVER_NAME = "openbao.test"
 REPO = Path(__file__).resolve().parents[3]
 BAO = REPO / ".venv" / "bin" / "bao"
 
@@ -51,11 +58,14 @@ def free_port() -> int:
         return port
 
 
-def self_signed_cert(common_name: str, *, ip: str = "127.0.0.1") -> tuple[str, str]:
-    """(certificate PEM, private key PEM) for `common_name` and `ip`, self-signed (a CA too)."""
+def self_signed_cert(common_name: str, *, ip: str | None = None) -> tuple[str, str]:
+    """(certificate PEM, private key PEM) for `common_name` (and `ip`), self-signed, a CA too."""
     key = rsa.generate_private_key(public_exponent=65537, key_size=2048)
     name = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, common_name)])
     now = datetime.datetime.now(datetime.UTC)
+    names: list[x509.GeneralName] = [x509.DNSName(common_name)]
+    if ip:
+        names.append(x509.IPAddress(ipaddress.ip_address(ip)))
     cert = (
         x509.CertificateBuilder()
         .subject_name(name)
@@ -65,12 +75,7 @@ def self_signed_cert(common_name: str, *, ip: str = "127.0.0.1") -> tuple[str, s
         .not_valid_before(now - datetime.timedelta(minutes=5))
         .not_valid_after(now + datetime.timedelta(days=1))
         .add_extension(x509.BasicConstraints(ca=True, path_length=None), critical=True)
-        .add_extension(
-            x509.SubjectAlternativeName(
-                [x509.DNSName(common_name), x509.IPAddress(ipaddress.ip_address(ip))]
-            ),
-            critical=False,
-        )
+        .add_extension(x509.SubjectAlternativeName(names), critical=False)
         .sign(key, hashes.SHA256())
     )
     key_pem = key.private_bytes(
@@ -147,18 +152,27 @@ class OpenBao:
     addr: str
     audit_path: Path
     log_path: Path
+    #: With start(tls=True): a TLS listener, and one that requires a client certificate.
+    tls_addr: str = ""
+    mtls_addr: str = ""
+    ca_file: Path | None = None
+    client_cert_file: Path | None = None
+    client_key_file: Path | None = None
     _audit_offset: int = field(default=0)
 
     @classmethod
-    def start(cls, workdir: Path, *, timeout: float = 20.0) -> OpenBao:
+    def start(cls, workdir: Path, *, tls: bool = False, timeout: float = 20.0) -> OpenBao:
         workdir.mkdir(parents=True, exist_ok=True)
         port = free_port()
         audit = workdir / "audit.log"
-        config = workdir / "bao.hcl"
         # Declarative audit: OpenBao refuses enabling audit devices through the API.
-        config.write_text(
-            f'audit "file" "counter" {{\n  options {{\n    file_path = "{audit}"\n  }}\n}}\n'
-        )
+        hcl = f'audit "file" "counter" {{\n  options {{\n    file_path = "{audit}"\n  }}\n}}\n'
+        extra: dict[str, Any] = {}
+        if tls:
+            listeners, extra = _tls_listeners(workdir)
+            hcl += listeners
+        config = workdir / "bao.hcl"
+        config.write_text(hcl)
         log = workdir / "bao.log"
         env = {k: v for k, v in os.environ.items() if not k.startswith(("VAULT_", "BAO_"))}
         env["HOME"] = str(workdir)
@@ -177,7 +191,7 @@ class OpenBao:
                 env=env,
                 cwd=workdir,
             )
-        server = cls(process, f"http://127.0.0.1:{port}", audit, log)
+        server = cls(process, f"http://127.0.0.1:{port}", audit, log, **extra)
         server._wait_healthy(timeout)
         return server
 
@@ -190,8 +204,8 @@ class OpenBao:
                 with urllib.request.urlopen(f"{self.addr}/v1/sys/health", timeout=1) as resp:
                     if resp.status == 200 and self.audit_path.exists():
                         return
-            except Exception:
-                pass
+            except OSError:
+                pass  # not listening yet
             time.sleep(0.1)
         self.stop()
         raise RuntimeError(f"bao did not become healthy: {self.log_path.read_text()[-2000:]}")
@@ -205,32 +219,41 @@ class OpenBao:
                 self.process.kill()
                 self.process.wait()
 
-    def root(self) -> hvac.Client:
-        return hvac.Client(url=self.addr, token=ROOT_TOKEN, timeout=10)
+    def root(self, vault_namespace: str = "") -> hvac.Client:
+        return hvac.Client(
+            url=self.addr, token=ROOT_TOKEN, timeout=10, namespace=vault_namespace or None
+        )
 
     # -- admin -------------------------------------------------------------------------------
 
-    def enable_auth(self, method: str, mount: str) -> None:
-        client = self.root()
+    def create_namespace(self, name: str) -> None:
+        listed = self.root().list("sys/namespaces") or {}
+        if f"{name}/" not in listed.get("data", {}).get("keys", []):
+            self.root().write(f"sys/namespaces/{name}")
+
+    def enable_auth(self, method: str, mount: str, vault_namespace: str = "") -> None:
+        client = self.root(vault_namespace)
         if f"{mount}/" not in client.sys.list_auth_methods()["data"]:
             client.sys.enable_auth_method(method, path=mount)
 
-    def enable_kv(self, mount: str, version: int) -> None:
-        client = self.root()
+    def enable_kv(self, mount: str, version: int, vault_namespace: str = "") -> None:
+        client = self.root(vault_namespace)
         if f"{mount}/" not in client.sys.list_mounted_secrets_engines()["data"]:
             client.sys.enable_secrets_engine("kv", path=mount, options={"version": str(version)})
 
-    def enable_engine(self, engine: str, mount: str) -> None:
-        client = self.root()
+    def enable_engine(self, engine: str, mount: str, vault_namespace: str = "") -> None:
+        client = self.root(vault_namespace)
         if f"{mount}/" not in client.sys.list_mounted_secrets_engines()["data"]:
             client.sys.enable_secrets_engine(engine, path=mount)
 
-    def put_policy(self, name: str, hcl: str) -> None:
-        self.root().sys.create_or_update_policy(name, hcl)
+    def put_policy(self, name: str, hcl: str, vault_namespace: str = "") -> None:
+        self.root(vault_namespace).sys.create_or_update_policy(name, hcl)
 
-    def configure_jwt_auth(self, mount: str, public_pem: str) -> None:
-        self.enable_auth("jwt", mount)
-        self.root().write(f"auth/{mount}/config", jwt_validation_pubkeys=[public_pem])
+    def configure_jwt_auth(self, mount: str, public_pem: str, vault_namespace: str = "") -> None:
+        self.enable_auth("jwt", mount, vault_namespace)
+        self.root(vault_namespace).write(
+            f"auth/{mount}/config", jwt_validation_pubkeys=[public_pem]
+        )
 
     def add_jwt_role(
         self,
@@ -242,8 +265,10 @@ class OpenBao:
         policies: list[str],
         audience: str = "vault",
         ttl: str = "1h",
+        vault_namespace: str = "",
     ) -> None:
-        self.root().write(
+        """A jwt role bound to one service account (`sub`) and one audience."""
+        self.root(vault_namespace).write(
             f"auth/{mount}/role/{role}",
             role_type="jwt",
             bound_audiences=[audience],
@@ -253,11 +278,13 @@ class OpenBao:
             token_ttl=ttl,
         )
 
-    def configure_kubernetes_auth(self, mount: str, kubernetes_host: str) -> None:
-        self.enable_auth("kubernetes", mount)
+    def configure_kubernetes_auth(
+        self, mount: str, kubernetes_host: str, vault_namespace: str = ""
+    ) -> None:
+        self.enable_auth("kubernetes", mount, vault_namespace)
         # No reviewer JWT: OpenBao then reviews each login token with that token itself. The CA
         # is required by the API but unused over plain http to the stub.
-        self.root().write(
+        self.root(vault_namespace).write(
             f"auth/{mount}/config",
             kubernetes_host=kubernetes_host,
             kubernetes_ca_cert=self_signed_cert("kubernetes")[0],
@@ -274,6 +301,7 @@ class OpenBao:
         policies: list[str],
         audience: str | None = None,
         ttl: str = "1h",
+        vault_namespace: str = "",
     ) -> None:
         params: dict[str, Any] = {
             "bound_service_account_names": [service_account],
@@ -283,59 +311,97 @@ class OpenBao:
         }
         if audience:
             params["audience"] = audience
-        self.root().write(f"auth/{mount}/role/{role}", **params)
+        self.root(vault_namespace).write(f"auth/{mount}/role/{role}", **params)
 
-    def kv1_put(self, mount: str, path: str, data: dict[str, Any]) -> None:
-        self.root().secrets.kv.v1.create_or_update_secret(path, data, mount_point=mount)
+    def kv1_put(
+        self, mount: str, path: str, data: dict[str, Any], vault_namespace: str = ""
+    ) -> None:
+        self.root(vault_namespace).secrets.kv.v1.create_or_update_secret(
+            path, data, mount_point=mount
+        )
 
-    def kv2_put(self, mount: str, path: str, data: dict[str, Any]) -> int:
-        result = self.root().secrets.kv.v2.create_or_update_secret(path, data, mount_point=mount)
+    def kv2_put(
+        self, mount: str, path: str, data: dict[str, Any], vault_namespace: str = ""
+    ) -> int:
+        """Write a new version; returns its number."""
+        result = self.root(vault_namespace).secrets.kv.v2.create_or_update_secret(
+            path, data, mount_point=mount
+        )
         version: int = result["data"]["version"]
         return version
 
     # -- audit -------------------------------------------------------------------------------
 
+    def audit_mark(self) -> None:
+        """Count only what happens from now on."""
+        self._audit_offset = self.audit_path.stat().st_size
+
     def audit_entries(self) -> list[dict[str, Any]]:
-        """Audit log response entries written since the last `audit_mark()`."""
+        """Audit log response entries written since the last `audit_mark()`.
+
+        The file device writes an entry before the answer is sent, so once a caller has its
+        answer the entry is in the file.
+        """
         with open(self.audit_path, "rb") as fh:
             fh.seek(self._audit_offset)
             lines = fh.read().splitlines()
         entries = [json.loads(line) for line in lines if line.strip()]
         return [e for e in entries if e.get("type") == "response"]
 
-    def audit_mark(self) -> None:
-        """Start counting from now (the audit log is appended to asynchronously; flushed here)."""
-        self.audit_flush()
-        self._audit_offset = self.audit_path.stat().st_size
-
-    def audit_flush(self) -> None:
-        # The file device writes before answering, so the log is complete once we have an answer;
-        # a tiny pause still guards against buffered writes on slow machines.
-        time.sleep(0.05)
-
     def audit_counts(self, *, exclude_root: bool = True) -> Counter[tuple[str, str]]:
-        """(operation, path) -> number of responses since `audit_mark()`.
-
-        The root token's admin calls are left out by default, so counts show the provider's own
-        traffic only.
-        """
-        self.audit_flush()
+        """(operation, path) -> responses since `audit_mark()`; the root token's admin calls
+        are left out by default, so counts show the client's own traffic."""
         counts: Counter[tuple[str, str]] = Counter()
         for entry in self.audit_entries():
-            request = entry.get("request", {})
-            if exclude_root and entry.get("auth", {}).get("display_name") == "root":
+            if exclude_root and (entry.get("auth") or {}).get("display_name") == "root":
                 continue
-            counts[(request.get("operation", ""), request.get("path", ""))] += 1
+            request = entry.get("request") or {}
+            path = request.get("path", "")
+            if request.get("namespace", {}).get("path"):
+                path = request["namespace"]["path"] + path
+            counts[(request.get("operation", ""), path)] += 1
         return counts
 
 
 @contextlib.contextmanager
-def running(workdir: Path) -> Any:
-    server = OpenBao.start(workdir)
+def running(workdir: Path, *, tls: bool = False) -> Iterator[OpenBao]:
+    server = OpenBao.start(workdir, tls=tls)
     try:
         yield server
     finally:
         server.stop()
+
+
+def _tls_listeners(workdir: Path) -> tuple[str, dict[str, Any]]:
+    """HCL for a TLS and an mTLS listener on free ports, and the OpenBao fields describing them."""
+    server_cert, server_key = self_signed_cert(TLS_SERVER_NAME)
+    client_cert, client_key = self_signed_cert("secrets-bridge-client")
+    files = {
+        "server.pem": server_cert,
+        "server-key.pem": server_key,
+        "client.pem": client_cert,
+        "client-key.pem": client_key,
+    }
+    for name, text in files.items():
+        (workdir / name).write_text(text)
+    tls_port, mtls_port = free_port(), free_port()
+    common = (
+        f'  tls_cert_file = "{workdir / "server.pem"}"\n'
+        f'  tls_key_file = "{workdir / "server-key.pem"}"\n'
+    )
+    hcl = (
+        f'listener "tcp" {{\n  address = "127.0.0.1:{tls_port}"\n{common}}}\n'
+        f'listener "tcp" {{\n  address = "127.0.0.1:{mtls_port}"\n{common}'
+        f'  tls_client_ca_file = "{workdir / "client.pem"}"\n'
+        "  tls_require_and_verify_client_cert = true\n}\n"
+    )
+    return hcl, {
+        "tls_addr": f"https://127.0.0.1:{tls_port}",
+        "mtls_addr": f"https://127.0.0.1:{mtls_port}",
+        "ca_file": workdir / "server.pem",
+        "client_cert_file": workdir / "client.pem",
+        "client_key_file": workdir / "client-key.pem",
+    }
 
 
 class TokenReviewStub:
@@ -356,10 +422,7 @@ class TokenReviewStub:
                 length = int(self.headers.get("Content-Length") or 0)
                 review = json.loads(self.rfile.read(length) or b"{}")
                 stub.reviews += 1
-                self._answer(stub.review(review))
-
-            def _answer(self, payload: dict[str, Any]) -> None:
-                body = json.dumps(payload).encode()
+                body = json.dumps(stub.review(review)).encode()
                 self.send_response(201)
                 self.send_header("Content-Type", "application/json")
                 self.send_header("Content-Length", str(len(body)))
