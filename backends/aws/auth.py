@@ -105,13 +105,15 @@ class Authenticator:
         if login.kind == "node":
             return None
 
+        async def from_agent() -> Credentials:
+            return await self._pod_identity(store, login, identity.subject)
+
         async def load() -> tuple[Credentials, float]:
             if login.kind == "irsa":
                 creds = await self._assume_role(store, login, identity.subject, ctx)
             else:
-                creds = await retry_transient(
-                    lambda: self._pod_identity(store, login, identity.subject), ctx
-                )
+                # tenacity awaits only coroutine functions, never a lambda's coroutine.
+                creds = await retry_transient(from_agent, ctx)
             return creds, _ttl(creds)
 
         creds: Credentials = await self._env.credentials.get_or_load(identity.key, load)

@@ -111,9 +111,14 @@ def translate(exc: Exception, what: str, hint: str = "") -> BridgeError:
         return InvalidParameters(f"{what}: AWS refuses the request: {scrub(exc)}")
     if isinstance(exc, TimeoutError | asyncio.TimeoutError):
         return StoreUnavailable(f"{what}: no answer in time")
-    if isinstance(exc, bx.BotoCoreError | OSError) or _is_aiohttp(exc):
+    if isinstance(exc, bx.HTTPClientError | bx.ConnectionError | OSError):
+        # Connection-level errors: their text is a URL and an errno, never a payload.
         return StoreUnavailable(f"{what}: AWS unreachable: {type(exc).__name__}: {scrub(exc)}")
-    return BridgeError(f"{what}: unexpected {type(exc).__name__}: {scrub(exc)}")
+    # Anything else (a garbled answer, a parser error) may quote the response body, which for
+    # a read holds the secret: only the type goes into the message.
+    if isinstance(exc, bx.BotoCoreError | _ResponseParserError()) or _is_aiohttp(exc):
+        return StoreUnavailable(f"{what}: unusable answer from AWS ({type(exc).__name__})")
+    return BridgeError(f"{what}: unexpected {type(exc).__name__}")
 
 
 def _client_error(response: Any, what: str, hint: str) -> BridgeError:
@@ -142,6 +147,13 @@ def _retry_after(headers: Any) -> float | None:
         return max(0.0, float(value)) if value is not None else None
     except (TypeError, ValueError):
         return None
+
+
+def _ResponseParserError() -> type[Exception]:
+    from botocore.parsers import ResponseParserError
+
+    parser_error: type[Exception] = ResponseParserError
+    return parser_error
 
 
 def _is_aiohttp(exc: Exception) -> bool:

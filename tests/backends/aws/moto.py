@@ -10,6 +10,8 @@
     proxy.deny.add("forbidden")             # 400 AccessDeniedException for bodies naming it
     proxy.deny_operations.add("DescribeSecret")  # ... or for every call of an operation
     proxy.unavailable = True                # 503 ServiceUnavailable for everything
+    proxy.inject["GetSecretValue"].append((400, "ExpiredTokenException"))  # once
+    proxy.access_keys                       # the access key id that signed each request
     await proxy.stop()
 
 The proxy sits on the real wire between the SDK and moto, so counts are what AWS would bill.
@@ -134,6 +136,10 @@ class CountingProxy:
         #: Operations answered with AccessDeniedException whatever they name.
         self.deny_operations: set[str] = set()
         self.unavailable = False
+        #: Errors to answer once each, by operation: (HTTP status, AWS error code).
+        self.inject: dict[str, list[tuple[int, str]]] = collections.defaultdict(list)
+        #: The access key id that signed each request ("" when unsigned).
+        self.access_keys: list[str] = []
         self.url = ""
         self._runner: web.AppRunner | None = None
         self._http: ClientSession | None = None
@@ -161,11 +167,17 @@ class CountingProxy:
         self.counts[op] += 1
         with contextlib.suppress(ValueError):
             self.bodies[op].append(json.loads(body or b"null"))
+        self.access_keys.append(_access_key(request.headers.get("Authorization", "")))
+        query = "X-Amz-Target" not in request.headers  # STS: query protocol, XML errors
+        if self.inject.get(op):
+            status, code = self.inject[op].pop(0)
+            return _aws_error(status, code, "injected by the test", query)
         if self.unavailable:
-            return _aws_error(503, "ServiceUnavailable", "the test made this region unavailable")
+            return _aws_error(503, "ServiceUnavailable", "the test made this unavailable", query)
         text = body.decode(errors="replace")
         if op in self.deny_operations or any(word in text for word in self.deny):
-            return _aws_error(400, "AccessDeniedException", "the test denies this request")
+            code = "AccessDenied" if query else "AccessDeniedException"
+            return _aws_error(400 if not query else 403, code, "the test denies this", query)
         assert self._http is not None
         headers = {k: v for k, v in request.headers.items() if k.lower() != "host"}
         async with self._http.request(
@@ -180,6 +192,17 @@ class CountingProxy:
             return web.Response(status=upstream.status, body=payload, headers=keep)
 
 
-def _aws_error(status: int, code: str, message: str) -> web.Response:
+def _access_key(authorization: str) -> str:
+    _, found, rest = authorization.partition("Credential=")
+    return rest.split("/", 1)[0] if found else ""
+
+
+def _aws_error(status: int, code: str, message: str, query: bool = False) -> web.Response:
+    if query:
+        xml = (
+            f"<ErrorResponse><Error><Type>Sender</Type><Code>{code}</Code>"
+            f"<Message>{message}</Message></Error><RequestId>r</RequestId></ErrorResponse>"
+        )
+        return web.Response(status=status, text=xml, content_type="text/xml")
     body = json.dumps({"__type": code, "message": message})
     return web.Response(status=status, text=body, content_type="application/x-amz-json-1.1")
