@@ -23,7 +23,7 @@ def instructions() -> list[tuple[str, str]]:
 
 
 def test_hadolint_reports_nothing() -> None:
-    hadolint = tool(str(HADOLINT), "hadolint", "run `make venv` (pip install -e '.[test]')")
+    hadolint = tool(str(HADOLINT), "hadolint", "run `make install` (pip install -e '.[test]')")
     result = subprocess.run(
         [hadolint, str(DOCKERFILE)], capture_output=True, text=True, timeout=60, check=False
     )

@@ -34,7 +34,7 @@ def test_examples_are_the_classes_and_the_pod() -> None:
 
 @pytest.mark.parametrize("name", CLASSES)
 def test_secrets_bridge_check_accepts_the_example(name: str) -> None:
-    cli = tool(str(CLI), "secrets-bridge", "run `make venv` (pip install -e '.[test]')")
+    cli = tool(str(CLI), "secrets-bridge", "run `make install` (pip install -e '.[test]')")
     result = subprocess.run(
         [cli, "check", str(EXAMPLES / name)],
         capture_output=True,

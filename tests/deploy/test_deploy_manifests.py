@@ -187,3 +187,17 @@ def test_overlay_adds_token_creation_and_the_fallback_flag(
     assert container(overlay)["args"] == [*container(base)["args"], "--token-request-fallback"]
     bound = {b["roleRef"]["name"] for b in overlay.all("ClusterRoleBinding")}
     assert bound == {r["metadata"]["name"] for r in overlay.all("ClusterRole")}
+
+
+def test_namespace_enforces_privileged_only_for_the_host_path(base: Rendered) -> None:
+    labels = base.one("Namespace")["metadata"]["labels"]
+    assert labels["pod-security.kubernetes.io/enforce"] == "privileged"
+    assert labels["pod-security.kubernetes.io/audit"] == "restricted"
+
+
+def test_network_policy_admits_only_the_health_port(base: Rendered) -> None:
+    policy = base.one("NetworkPolicy")["spec"]
+    pod_labels = base.one("DaemonSet")["spec"]["template"]["metadata"]["labels"]
+    assert policy["podSelector"]["matchLabels"].items() <= pod_labels.items()
+    assert policy["policyTypes"] == ["Ingress"]
+    assert policy["ingress"] == [{"ports": [{"protocol": "TCP", "port": 8098}]}]
