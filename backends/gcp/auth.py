@@ -17,25 +17,23 @@ from __future__ import annotations
 import asyncio
 import datetime
 import json
+import re
 import time
-from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-import aiohttp
-
 from backends.base import BackendEnv, FetchContext, Identity, Pod, StorePlan, credential_hash
 from backends.base import identity_key as make_key
-from backends.gcp.errors import http_error, translated
+from backends.gcp.errors import translated
+from backends.gcp.exchange import GSA_ANNOTATION, SCOPE, AccessToken, TokenEndpoints
 from backends.gcp.params import Audience, GcpStore
-from provider.errors import InvalidParameters, MissingCredential, StoreUnavailable
+from provider.errors import InvalidParameters, MissingCredential, scrub
 from provider.identity import pod_scope, pod_token, require_node_identity
 from provider.retrying import retry_transient
 
-SCOPE = "https://www.googleapis.com/auth/cloud-platform"
-GSA_ANNOTATION = "iam.gke.io/gcp-service-account"
 DELEGATES_ANNOTATION = "iam.gke.io/gcp-service-account-delegates"
 KEY_FILE = "key.json"
+_EMAIL = re.compile(r"[A-Za-z0-9._%+-]+@[A-Za-z0-9.-]+")
 #: Tokens are dropped this long before they expire, so a fetch never starts with a dying token.
 EXPIRY_MARGIN = 120.0
 
@@ -58,18 +56,10 @@ class NodeLogin:
     pass
 
 
-@dataclass(frozen=True)
-class AccessToken:
-    token: str = field(repr=False)
-    #: time.monotonic() at which Google stops accepting it.
-    expires: float
-
-
 class Authenticator:
-    def __init__(self, env: BackendEnv, session: Session, options: Any) -> None:
+    def __init__(self, env: BackendEnv, endpoints: TokenEndpoints) -> None:
         self._env = env
-        self._options = options
-        self._session = session
+        self._endpoints = endpoints
 
     async def identify(self, plan: StorePlan, pod: Pod) -> Identity:
         store = plan.store
@@ -121,7 +111,7 @@ class Authenticator:
     ) -> AccessToken:
         # retry_transient needs an `async def` (tenacity treats a lambda as synchronous).
         async def exchange() -> AccessToken:
-            return await self._exchange(login, subject, ctx)
+            return await self._endpoints.exchange(login.audience, login.token, subject, ctx)
 
         federated = await retry_transient(exchange, ctx)
         annotations = await self._env.kube.service_account_annotations(
@@ -132,127 +122,18 @@ class Authenticator:
             # Without the annotation the federated token itself is used: IAM bindings then name
             # the principal of the Kubernetes ServiceAccount directly.
             return federated
+        if not _EMAIL.fullmatch(gsa):
+            # It becomes part of the IAM URL that receives the federated token.
+            raise InvalidParameters(
+                f"the ServiceAccount {subject} annotation {GSA_ANNOTATION} must be a Google "
+                f"service account email, got {scrub(gsa)!r}"
+            )
         delegates = _delegates(annotations.get(DELEGATES_ANNOTATION), subject)
 
         async def impersonate() -> AccessToken:
-            return await self._impersonate(federated, gsa, delegates, subject, ctx)
+            return await self._endpoints.impersonate(federated, gsa, delegates, subject, ctx)
 
         return await retry_transient(impersonate, ctx)
-
-    async def _exchange(self, login: PodLogin, subject: str, ctx: FetchContext) -> AccessToken:
-        form = {
-            "grant_type": "urn:ietf:params:oauth:grant-type:token-exchange",
-            "audience": login.audience.sts,
-            "scope": SCOPE,
-            "requested_token_type": "urn:ietf:params:oauth:token-type:access_token",
-            "subject_token": login.token,
-            "subject_token_type": "urn:ietf:params:oauth:token-type:jwt",
-        }
-        what = f"the STS token exchange for {subject} (audience {login.audience.sts!r})"
-        fix = (
-            f"check that the pod's token is issued for audience {login.audience.token!r} and "
-            "that the provider's --gcp-project/--gcp-location/--gcp-cluster name this cluster"
-        )
-        body = await self._session.post(
-            self._options.sts_endpoint, what, fix, ctx, subject, data=form
-        )
-        return _token(body, "access_token", what, expires_in="expires_in")
-
-    async def _impersonate(
-        self,
-        federated: AccessToken,
-        gsa: str,
-        delegates: list[str],
-        subject: str,
-        ctx: FetchContext,
-    ) -> AccessToken:
-        base = self._options.iam_endpoint.rstrip("/")
-        url = f"{base}/v1/projects/-/serviceAccounts/{gsa}:generateAccessToken"
-        what = f"IAM generateAccessToken for {gsa} as {subject}"
-        fix = (
-            f"grant roles/iam.workloadIdentityUser on {gsa} to the Kubernetes ServiceAccount "
-            f"{subject} (annotation {GSA_ANNOTATION})"
-        )
-        payload: dict[str, Any] = {"scope": [SCOPE]}
-        if delegates:
-            payload["delegates"] = [f"projects/-/serviceAccounts/{d}" for d in delegates]
-        headers = {"Authorization": f"Bearer {federated.token}"}
-        body = await self._session.post(
-            url, what, fix, ctx, subject, json_body=payload, headers=headers
-        )
-        return _token(body, "accessToken", what, expire_time="expireTime")
-
-
-class Session:
-    """The aiohttp session for STS and IAM, opened on first use (inside the running loop)."""
-
-    def __init__(self) -> None:
-        self._session: aiohttp.ClientSession | None = None
-
-    async def post(
-        self,
-        url: str,
-        what: str,
-        fix: str,
-        ctx: FetchContext,
-        subject: str,
-        *,
-        data: Mapping[str, str] | None = None,
-        json_body: Any = None,
-        headers: Mapping[str, str] | None = None,
-    ) -> Mapping[str, Any]:
-        if self._session is None:
-            self._session = aiohttp.ClientSession()
-        timeout = aiohttp.ClientTimeout(total=max(0.1, min(30.0, ctx.deadline - time.monotonic())))
-        with translated(what, subject):
-            async with self._session.post(
-                url, data=data, json=json_body, headers=headers, timeout=timeout
-            ) as response:
-                text = await response.text()
-                if response.status != 200:
-                    retry_after = response.headers.get("Retry-After")
-                    raise http_error(response.status, text, what, fix, retry_after)
-        try:
-            parsed = json.loads(text)
-        except ValueError:
-            parsed = None
-        if not isinstance(parsed, dict):
-            raise StoreUnavailable(f"{what}: the answer is not a JSON object")
-        return parsed
-
-    async def close(self) -> None:
-        if self._session is not None:
-            await self._session.close()
-            self._session = None
-
-
-def _token(
-    body: Mapping[str, Any],
-    field_name: str,
-    what: str,
-    *,
-    expires_in: str | None = None,
-    expire_time: str | None = None,
-) -> AccessToken:
-    token = body.get(field_name)
-    if not isinstance(token, str) or not token:
-        raise StoreUnavailable(f"{what}: the answer has no {field_name}")
-    lifetime = 3600.0
-    if expires_in is not None and isinstance(body.get(expires_in), int | float):
-        lifetime = float(body[expires_in])
-    elif expire_time is not None and isinstance(body.get(expire_time), str):
-        lifetime = _until(body[expire_time])
-    return AccessToken(token, time.monotonic() + lifetime)
-
-
-def _until(rfc3339: str) -> float:
-    """Seconds until an RFC 3339 instant (IAM's expireTime); 0 when unreadable."""
-    try:
-        instant = datetime.datetime.fromisoformat(rfc3339.replace("Z", "+00:00"))
-    except ValueError:
-        return 0.0
-    now = datetime.datetime.now(datetime.UTC)
-    return max(0.0, (instant - now).total_seconds())
 
 
 def _delegates(raw: str | None, subject: str) -> list[str]:

@@ -9,6 +9,7 @@ belong to `retry_transient`, which knows the Mount's deadline.
 
 from __future__ import annotations
 
+import logging
 import time
 from dataclasses import dataclass, field
 from typing import Any
@@ -24,6 +25,13 @@ from google.cloud.secretmanager_v1.services.secret_manager_service.transports im
 from backends.gcp.errors import translated
 from backends.gcp.params import GcpRef
 from provider.errors import DeadlineExceeded
+
+# The generated client logs every call's metadata (our bearer token) and response (the secret)
+# whenever its logger is enabled for DEBUG, and google-auth logs token requests the same way.
+# The provider's log setup quiets "google", but a debug session or GOOGLE_SDK_PYTHON_LOGGING_SCOPE
+# can lower it again; these more specific levels win over both.
+for _name in ("google.cloud.secretmanager_v1", "google.auth", "google.oauth2"):
+    logging.getLogger(_name).setLevel(logging.WARNING)
 
 #: Upper bound of one AccessSecretVersion call; the Mount's deadline usually cuts it shorter.
 CALL_TIMEOUT = 30.0

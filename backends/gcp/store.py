@@ -12,9 +12,10 @@ import asyncio
 from collections.abc import Hashable, Mapping, Sequence
 
 from backends.base import BackendEnv, FetchContext, Fetched, Identity, Pod, SecretValue, StorePlan
-from backends.gcp.auth import AccessToken, Authenticator, Session
+from backends.gcp.auth import Authenticator
 from backends.gcp.client import SecretManager
 from backends.gcp.errors import TokenRejected
+from backends.gcp.exchange import AccessToken, TokenEndpoints
 from backends.gcp.params import GcpRef
 from provider.errors import BridgeError
 from provider.retrying import retry_transient
@@ -31,8 +32,8 @@ class GcpBackend:
 
         self._env = env
         options = env.options if env.options is not None else Options()
-        self._session = Session()
-        self._auth = Authenticator(env, self._session, options)
+        self._endpoints = TokenEndpoints(options.sts_endpoint, options.iam_endpoint)
+        self._auth = Authenticator(env, self._endpoints)
         self._secrets = SecretManager(options)
         self._limit = asyncio.Semaphore(MAX_CONCURRENT_READS)
 
@@ -81,7 +82,7 @@ class GcpBackend:
 
     async def close(self) -> None:
         await self._secrets.close()
-        await self._session.close()
+        await self._endpoints.close()
 
 
 def create(env: BackendEnv) -> GcpBackend:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import logging
 from collections.abc import Hashable, Mapping
 
 import grpc
@@ -12,7 +13,7 @@ from cryptography.hazmat.primitives import serialization
 from cryptography.hazmat.primitives.asymmetric import rsa
 
 from backends.base import Fetched, Pod, SecretValue, StorePlan
-from backends.gcp.auth import GSA_ANNOTATION
+from backends.gcp.exchange import GSA_ANNOTATION
 from backends.gcp.params import GcpRef
 from provider.errors import (
     BridgeError,
@@ -370,3 +371,50 @@ async def test_gcp_node_publish_secret_key_json(stack: Stack) -> None:
     explicit = stack.plan({"auth": "pod-adc", **spc(name)})
     with pytest.raises(InvalidParameters, match="nodePublishSecretRef"):
         await stack.backend.identify(explicit, pod)
+
+
+@pytest.mark.parametrize(
+    ("annotations", "message"),
+    [
+        ({GSA_ANNOTATION: "x@y/../../v1/other"}, "must be a Google service account email"),
+        (
+            {
+                GSA_ANNOTATION: "r@proj.iam.gserviceaccount.com",
+                "iam.gke.io/gcp-service-account-delegates": "not-json",
+            },
+            "iam.gke.io/gcp-service-account-delegates must be a JSON list",
+        ),
+    ],
+)
+async def test_gcp_bad_service_account_annotations(
+    stack: Stack, annotations: dict[str, str], message: str
+) -> None:
+    name = stack.google.add_version(DB, "x", KSA)
+    plan, pod = stack.plan(spc(name)), stack.pod()
+    stack.google.annotations["default/app"] = annotations
+    identity = await stack.backend.identify(plan, pod)
+    with pytest.raises(InvalidParameters) as err:
+        await stack.backend.fetch(plan, identity, [GcpRef(name)], fetch_ctx())
+    assert message in str(err.value) and "default/app" in str(err.value)
+    assert stack.google.iam_requests == []
+
+
+async def test_gcp_debug_logging_never_shows_tokens_or_values(
+    stack: Stack, caplog: pytest.LogCaptureFixture
+) -> None:
+    """The generated client logs metadata and payloads at DEBUG; the backend keeps it quiet."""
+    logging.getLogger("google").setLevel(logging.DEBUG)
+    caplog.set_level(logging.DEBUG)
+    try:
+        email = "keyed@proj.iam.gserviceaccount.com"
+        name = stack.google.add_version(DB, "s3cret-value", KSA, f"gsa:{email}")
+        plan = stack.plan(spc(name))
+        await read(stack, plan, stack.pod())
+        key_json = service_account_key(f"{stack.http}/oauth2/token", email)
+        await read(stack, plan, make_pod(secrets={"key.json": key_json}))
+    finally:
+        logging.getLogger("google").setLevel(logging.NOTSET)
+    assert len(stack.google.reads) == 2
+    dumped = " ".join(repr(r.__dict__) for r in caplog.records)
+    for secret in ("s3cret-value", "pod-token-default-app", "ya29.fake", "PRIVATE KEY"):
+        assert secret not in dumped

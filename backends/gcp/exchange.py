@@ -1,0 +1,153 @@
+"""The two HTTP token calls of workload identity: STS token exchange and IAM impersonation.
+
+STS (RFC 8693, form-encoded as google-auth sends it) trades the pod's Kubernetes token for a
+federated access token; IAM credentials generateAccessToken trades that for a Google service
+account's token. Both are plain HTTPS JSON APIs, called with aiohttp on one shared session.
+"""
+
+from __future__ import annotations
+
+import datetime
+import json
+import time
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+import aiohttp
+
+from backends.base import FetchContext
+from backends.gcp.errors import http_error, translated
+from backends.gcp.params import Audience
+from provider.errors import StoreUnavailable
+
+SCOPE = "https://www.googleapis.com/auth/cloud-platform"
+GSA_ANNOTATION = "iam.gke.io/gcp-service-account"
+#: Upper bound of one token call; the Mount's deadline usually cuts it shorter.
+CALL_TIMEOUT = 30.0
+
+
+@dataclass(frozen=True)
+class AccessToken:
+    token: str = field(repr=False)
+    #: time.monotonic() at which Google stops accepting it.
+    expires: float
+
+
+class TokenEndpoints:
+    """STS and IAM credentials; the aiohttp session opens on first use (in the running loop)."""
+
+    def __init__(self, sts_url: str, iam_url: str) -> None:
+        self._sts_url = sts_url
+        self._iam_url = iam_url.rstrip("/")
+        self._session: aiohttp.ClientSession | None = None
+
+    async def exchange(
+        self, audience: Audience, pod_token: str, subject: str, ctx: FetchContext
+    ) -> AccessToken:
+        form = {
+            "grant_type": "urn:ietf:params:oauth:grant-type:token-exchange",
+            "audience": audience.sts,
+            "scope": SCOPE,
+            "requested_token_type": "urn:ietf:params:oauth:token-type:access_token",
+            "subject_token": pod_token,
+            "subject_token_type": "urn:ietf:params:oauth:token-type:jwt",
+        }
+        what = f"the STS token exchange for {subject} (audience {audience.sts!r})"
+        fix = (
+            f"check that the pod's token is issued for audience {audience.token!r} and "
+            "that the provider's --gcp-project/--gcp-location/--gcp-cluster name this cluster"
+        )
+        body = await self._post(self._sts_url, what, fix, ctx, subject, data=form)
+        return _token(body, "access_token", what, expires_in="expires_in")
+
+    async def impersonate(
+        self,
+        federated: AccessToken,
+        gsa: str,
+        delegates: list[str],
+        subject: str,
+        ctx: FetchContext,
+    ) -> AccessToken:
+        url = f"{self._iam_url}/v1/projects/-/serviceAccounts/{gsa}:generateAccessToken"
+        what = f"IAM generateAccessToken for {gsa} as {subject}"
+        fix = (
+            f"grant roles/iam.workloadIdentityUser on {gsa} to the Kubernetes ServiceAccount "
+            f"{subject} (annotation {GSA_ANNOTATION})"
+        )
+        payload: dict[str, Any] = {"scope": [SCOPE]}
+        if delegates:
+            payload["delegates"] = [f"projects/-/serviceAccounts/{d}" for d in delegates]
+        headers = {"Authorization": f"Bearer {federated.token}"}
+        body = await self._post(url, what, fix, ctx, subject, json_body=payload, headers=headers)
+        return _token(body, "accessToken", what, expire_time="expireTime")
+
+    async def _post(
+        self,
+        url: str,
+        what: str,
+        fix: str,
+        ctx: FetchContext,
+        subject: str,
+        *,
+        data: Mapping[str, str] | None = None,
+        json_body: Any = None,
+        headers: Mapping[str, str] | None = None,
+    ) -> Mapping[str, Any]:
+        if self._session is None:
+            self._session = aiohttp.ClientSession()
+        seconds = max(0.1, min(CALL_TIMEOUT, ctx.deadline - time.monotonic()))
+        with translated(what, subject):
+            async with self._session.post(
+                url,
+                data=data,
+                json=json_body,
+                headers=headers,
+                timeout=aiohttp.ClientTimeout(total=seconds),
+                allow_redirects=False,
+            ) as response:
+                text = await response.text()
+                if response.status != 200:
+                    retry_after = response.headers.get("Retry-After")
+                    raise http_error(response.status, text, what, fix, retry_after)
+        try:
+            parsed = json.loads(text)
+        except ValueError:
+            parsed = None
+        if not isinstance(parsed, dict):
+            raise StoreUnavailable(f"{what}: the answer is not a JSON object")
+        return parsed
+
+    async def close(self) -> None:
+        if self._session is not None:
+            await self._session.close()
+            self._session = None
+
+
+def _token(
+    body: Mapping[str, Any],
+    field_name: str,
+    what: str,
+    *,
+    expires_in: str | None = None,
+    expire_time: str | None = None,
+) -> AccessToken:
+    token = body.get(field_name)
+    if not isinstance(token, str) or not token:
+        raise StoreUnavailable(f"{what}: the answer has no {field_name}")
+    lifetime = 3600.0
+    if expires_in is not None and isinstance(body.get(expires_in), int | float):
+        lifetime = float(body[expires_in])
+    elif expire_time is not None and isinstance(body.get(expire_time), str):
+        lifetime = _until(body[expire_time])
+    return AccessToken(token, time.monotonic() + lifetime)
+
+
+def _until(rfc3339: str) -> float:
+    """Seconds until an RFC 3339 instant (IAM's expireTime); 0 when unreadable."""
+    try:
+        instant = datetime.datetime.fromisoformat(rfc3339.replace("Z", "+00:00"))
+    except ValueError:
+        return 0.0
+    now = datetime.datetime.now(datetime.UTC)
+    return max(0.0, (instant - now).total_seconds())
