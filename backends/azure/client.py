@@ -47,6 +47,7 @@ class VaultSession:
     """Credential and clients of one identity key, shared by every Mount with that key."""
 
     vault_name: str
+    vault_url: str
     credential: CheckedCredential
     secrets: Any
     keys: Any
@@ -134,7 +135,12 @@ class VaultReader:
     @asynccontextmanager
     async def _translated(self, ref: AzureRef) -> AsyncIterator[None]:
         """THE translation of Azure SDK exceptions into provider errors for this backend."""
-        from azure.core.exceptions import AzureError, HttpResponseError, ServiceRequestError
+        from azure.core.exceptions import (
+            AzureError,
+            DecodeError,
+            HttpResponseError,
+            ServiceRequestError,
+        )
 
         try:
             async with asyncio.timeout(max(0.0, self._ctx.deadline - time.monotonic())):
@@ -147,13 +153,24 @@ class VaultReader:
             raise DeadlineExceeded(self._where(ref) + ": the Mount's deadline passed") from None
         except certs.ConversionError as exc:
             raise InvalidParameters(f"{self._where(ref)}: {exc}") from None
+        except DecodeError:
+            # 200 with a body that is not Key Vault's JSON: a proxy or captive portal in between.
+            raise StoreUnavailable(
+                f"{self._where(ref)}: the answer was not Key Vault JSON"
+            ) from None
         except HttpResponseError as exc:
             raise self._http_error(ref, exc) from None
         except ServiceRequestError as exc:
             raise StoreUnavailable(f"{self._where(ref)}: unreachable: {scrub(exc)}") from None
-        except (AzureError, ValueError) as exc:
-            # ValueError: the SDK refuses a challenge whose resource does not match the vault.
+        except AzureError as exc:
             raise StoreUnavailable(f"{self._where(ref)}: {scrub(exc)}") from None
+        except ValueError as exc:
+            # The SDK refuses to send a token to a vault whose 401 challenge names a resource
+            # outside the vault's domain (a spoofed or misrouted endpoint).
+            raise PermissionDenied(
+                f"{self._where(ref)}: refused to authenticate to {self._s.vault_url}: "
+                f"{scrub(str(exc).split('. Pass')[0])}; check cloudName and the vault DNS suffix"
+            ) from None
 
     def _http_error(self, ref: AzureRef, exc: Any) -> BridgeError:
         status = exc.status_code or 0

@@ -84,7 +84,9 @@ class AzureBackend:
             transport = await self._http.transport()
             clients.append(cls(url, credential, transport=transport, retry_total=0))
         secrets, keys, certificates = clients
-        session = VaultSession(store.vault_name, credential, secrets, keys, certificates, source)
+        session = VaultSession(
+            store.vault_name, url, credential, secrets, keys, certificates, source
+        )
         return session, SESSION_TTL
 
     async def close(self) -> None:

@@ -80,6 +80,12 @@ class FakeAzure:
         self.retry_after = "1"
         #: The status the throttled answers carry (429, or a 5xx to simulate an outage).
         self.throttle_status = 429
+        #: Objects answered 200 with a body that is not JSON (a broken proxy).
+        self.garbage: set[tuple[str, str, str]] = set()
+        #: When set, the token endpoint answers this status (an Entra outage).
+        self.entra_status: int | None = None
+        #: The resource the 401 challenge names (a wrong one must be refused by the SDK).
+        self.resource = RESOURCE
         self.calls = Calls()
 
     def vault(self, name: str, tenant: str) -> Vault:
@@ -114,6 +120,8 @@ class FakeAzure:
         m = re.fullmatch(r"/([^/]+)/oauth2/v2\.0/token", request.path)
         if not m or request.method != "POST":
             return web.json_response({"error": "not_found"}, status=404)
+        if self.entra_status is not None:
+            return web.json_response({"error": "temporarily_unavailable"}, status=self.entra_status)
         tenant, form = m.group(1), dict(await request.post())
         self.calls.tokens.append({k: str(v) for k, v in form.items()})
         client = str(form.get("client_id", ""))
@@ -149,9 +157,8 @@ class FakeAzure:
             return web.json_response({"error": "no such vault"}, status=404)
         principal = self._principal(vault, request)
         if principal is None:
-            challenge = (
-                f'Bearer authorization="https://{AUTHORITY}/{vault.tenant}", resource="{RESOURCE}"'
-            )
+            authority = f"https://{AUTHORITY}/{vault.tenant}"
+            challenge = f'Bearer authorization="{authority}", resource="{self.resource}"'
             return web.json_response(
                 {
                     "error": {
@@ -176,6 +183,8 @@ class FakeAzure:
                 f"The user, group or application 'appid={principal}' does not have {kind}s get "
                 f"permission on key vault '{name}'.",
             )
+        if (name, kind, obj) in self.garbage:
+            return web.Response(text="<html>proxy error</html>", content_type="application/json")
         remaining = self.throttle.get((name, kind, obj), 0)
         if remaining:
             self.throttle[(name, kind, obj)] = remaining - 1
