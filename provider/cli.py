@@ -134,6 +134,10 @@ def build_parser() -> argparse.ArgumentParser:
 
     driver.add_mount_flags(mount)
     add_serve_flags(mount, with_socket=False)
+    bench = sub.add_parser("bench", help="load-test Mount against a store, with an echo floor")
+    from provider import bench as bench_module
+
+    bench_module.add_bench_flags(bench)
     return parser
 
 
@@ -142,6 +146,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     if args.command == "version":
         print(f"secrets-bridge {__version__}")
         return 0
+    if args.command == "bench":
+        from provider import bench as bench_module
+
+        return bench_module.run(args)
     if args.command == "check":
         from provider import checking
 

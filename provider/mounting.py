@@ -7,6 +7,7 @@ unless every object and template succeeded and every path passed the driver's ru
 from __future__ import annotations
 
 import time
+from collections import OrderedDict
 from collections.abc import Callable, Hashable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -16,11 +17,13 @@ from provider import templates, transforms
 from provider.errors import BridgeError, InvalidParameters, LimitExceeded, MountFailed
 from provider.fetching import Fetcher
 from provider.files import File, ObjectVersion, overlap_problems, path_problem
-from provider.planning import MountPlan, parse_plan
+from provider.planning import KUBELET_PREFIX, MountPlan, parse_plan
 from provider.versions import Versioner
 
 #: The kubelet gives NodePublish about two minutes; used when the caller set no deadline.
 DEFAULT_DEADLINE = 120.0
+#: Distinct SecretProviderClass parameter sets whose parsed plans are kept.
+PLAN_CACHE_SIZE = 512
 
 
 @dataclass(frozen=True)
@@ -58,14 +61,31 @@ class Mounter:
         self._enable_fake = enable_fake
         self._max_objects = max_objects
         self._max_bytes = max_response_bytes
+        # Parsed plans by parameters: every pod of a class sends the same parameters, and
+        # parsing YAML costs more than the rest of a cached mount. Plans are pure functions of
+        # the parameters (and the fixed provider options), so reusing them is safe.
+        self._plans: OrderedDict[frozenset[tuple[str, str]], MountPlan] = OrderedDict()
+        self._answers: OrderedDict[
+            tuple[int, int, tuple[int, ...]],
+            tuple[MountPlan, tuple[Sequence[SecretValue], ...], MountResult],
+        ] = OrderedDict()
 
     def plan(self, params: Mapping[str, str]) -> MountPlan:
-        return parse_plan(
+        key = frozenset((k, v) for k, v in params.items() if not k.startswith(KUBELET_PREFIX))
+        plan = self._plans.get(key)
+        if plan is not None:
+            self._plans.move_to_end(key)
+            return plan
+        plan = parse_plan(
             params,
             options_for=self._options_for,
             enable_fake=self._enable_fake,
             max_objects=self._max_objects,
         )
+        self._plans[key] = plan
+        if len(self._plans) > PLAN_CACHE_SIZE:
+            self._plans.popitem(last=False)
+        return plan
 
     async def mount(self, request: MountInput, *, budget: float | None = None) -> MountResult:
         plan = self.plan(request.params)
@@ -87,7 +107,31 @@ class Mounter:
                 values[spec.ref] = result
         if failures:
             raise MountFailed(failures, context=f"{plan.store.backend}, {identity.subject}")
-        return self._build(plan, values, request.permission)
+        return self._build_memoized(plan, values, request.permission)
+
+    def _build_memoized(
+        self, plan: MountPlan, values: dict[Hashable, Sequence[SecretValue]], permission: int
+    ) -> MountResult:
+        """Reuse the answer built from the very same value objects (a value-cache hit).
+
+        Building (transforms, templates, HMACs, path checks) is a pure function of the plan,
+        the permission and the values; the entry holds the value objects themselves, so an
+        identity check (`is`) proves they are the same ones the answer was built from.
+        """
+        key = (id(plan), permission, tuple(id(v) for v in values.values()))
+        entry = self._answers.get(key)
+        if entry is not None:
+            held_plan, held_values, result = entry
+            if held_plan is plan and all(
+                a is b for a, b in zip(held_values, values.values(), strict=True)
+            ):
+                self._answers.move_to_end(key)
+                return result
+        result = self._build(plan, values, permission)
+        self._answers[key] = (plan, tuple(values.values()), result)
+        if len(self._answers) > PLAN_CACHE_SIZE:
+            self._answers.popitem(last=False)
+        return result
 
     def _build(
         self, plan: MountPlan, values: Mapping[Hashable, Sequence[SecretValue]], permission: int

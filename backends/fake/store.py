@@ -78,6 +78,7 @@ class FakeBackend:
 
     def _read(self, data: Mapping[str, Any], path: str, identity: Identity) -> Fetched:
         self.reads[path] = self.reads.get(path, 0) + 1
+        self._env.metrics.backend_calls.labels("fake", "read", "ok").inc()
         failure = (data.get("failures") or {}).get(path)
         if failure == "unavailable":
             return StoreUnavailable(f"fake store: {path!r} is unavailable")

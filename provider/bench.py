@@ -1,0 +1,279 @@
+"""`secrets-bridge bench`: a load generator for Mount, with a bare gRPC echo server as the floor.
+
+Runs in its own process: starts the provider (`serve`, a subprocess) against a chosen store
+rig, and the echo server (`provider.echo`, a subprocess) on its own socket; drives both with
+the same client at the same concurrency; reports latency percentiles, throughput, store calls
+(counted by the store where it can), the provider's RSS and its start-to-ready time.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import os
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Callable
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+from protos import provider_pb2, provider_pb2_grpc
+from provider.benchrigs import Rig, make_rig
+from provider.server import dial
+
+
+def add_bench_flags(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--store", default="fake", choices=["fake", "openbao", "moto"])
+    p.add_argument("--mounts", type=int, default=2000, help="mounts per target")
+    p.add_argument("--concurrency", type=int, default=16)
+    p.add_argument("--pods", type=int, default=100, help="distinct pods (names/uids)")
+    p.add_argument("--identities", type=int, default=1, help="distinct service accounts")
+    p.add_argument("--objects", type=int, default=5, help="objects per class")
+    p.add_argument("--cache-ttl", type=float, default=0.0)
+    p.add_argument("--provider-arg", action="append", default=[], help="extra serve flag")
+    p.add_argument("--json", metavar="FILE", help="write the results as JSON")
+    p.add_argument("--plot", metavar="FILE.png", help="latency distributions (needs matplotlib)")
+    p.add_argument("--progress", action="store_true", default=sys.stderr.isatty())
+
+
+@dataclass
+class Run:
+    target: str
+    latencies: list[float] = field(default_factory=list)
+    errors: dict[str, int] = field(default_factory=dict)
+    seconds: float = 0.0
+
+    def summary(self) -> dict[str, float]:
+        lat = sorted(self.latencies) or [0.0]
+
+        def pct(q: float) -> float:
+            return lat[min(len(lat) - 1, int(q * len(lat)))] * 1000
+
+        return {
+            "p50_ms": pct(0.50),
+            "p95_ms": pct(0.95),
+            "p99_ms": pct(0.99),
+            "mean_ms": statistics.fmean(lat) * 1000,
+            "throughput_per_s": len(self.latencies) / self.seconds if self.seconds else 0.0,
+            "ok": len(self.latencies),
+            "errors": sum(self.errors.values()),
+        }
+
+
+async def drive(
+    socket: str, requests: list[Any], concurrency: int, label: str, progress: bool
+) -> Run:
+    run = Run(label)
+    queue = iter(requests)
+    async with dial(socket) as channel:
+        stub = provider_pb2_grpc.CSIDriverProviderStub(channel)
+        await stub.Version(provider_pb2.VersionRequest(), wait_for_ready=True, timeout=30)
+
+        async def worker() -> None:
+            import grpc
+
+            for req in queue:
+                start = time.perf_counter()
+                try:
+                    await stub.Mount(req, timeout=120)
+                except grpc.aio.AioRpcError as exc:
+                    run.errors[exc.code().name] = run.errors.get(exc.code().name, 0) + 1
+                else:
+                    run.latencies.append(time.perf_counter() - start)
+
+        start = time.perf_counter()
+        ticker = asyncio.create_task(_progress(run, len(requests), label)) if progress else None
+        await asyncio.gather(*(worker() for _ in range(concurrency)))
+        run.seconds = time.perf_counter() - start
+        if ticker:
+            ticker.cancel()
+            print(file=sys.stderr)
+    return run
+
+
+async def _progress(run: Run, total: int, label: str) -> None:
+    while True:
+        done = len(run.latencies) + sum(run.errors.values())
+        bar = "#" * int(30 * done / max(total, 1))
+        print(f"\r{label:>8} [{bar:<30}] {done}/{total}", end="", file=sys.stderr, flush=True)
+        await asyncio.sleep(0.25)
+
+
+def rss_mib(pid: int) -> float:
+    with open(f"/proc/{pid}/status", encoding="ascii") as fh:
+        for line in fh:
+            if line.startswith("VmRSS:"):
+                return int(line.split()[1]) / 1024
+    return 0.0
+
+
+async def wait_ready(socket: str, proc: subprocess.Popen[bytes], timeout: float = 30) -> float:
+    start = time.monotonic()
+    while time.monotonic() - start < timeout:
+        if proc.poll() is not None:
+            raise RuntimeError(f"the provider exited with {proc.returncode} before it was ready")
+        if os.path.exists(socket):
+            async with dial(socket) as channel:
+                stub = provider_pb2_grpc.CSIDriverProviderStub(channel)
+                try:
+                    await stub.Version(provider_pb2.VersionRequest(), timeout=1)
+                    return time.monotonic() - start
+                except Exception:  # noqa: S110 - not up yet
+                    pass
+        await asyncio.sleep(0.01)
+    raise RuntimeError("the provider did not become ready")
+
+
+def requests_for(rig: Rig, args: argparse.Namespace, make: Callable[..., Any]) -> list[Any]:
+    out = []
+    for i in range(args.mounts):
+        pod = i % args.pods
+        identity = pod % args.identities
+        attrs = {
+            **rig.params,
+            "secretProviderClass": "bench",
+            "csi.storage.k8s.io/pod.name": f"pod-{pod}",
+            "csi.storage.k8s.io/pod.namespace": "bench",
+            "csi.storage.k8s.io/pod.uid": f"uid-{pod}",
+            "csi.storage.k8s.io/serviceAccount.name": f"sa-{identity}",
+            "csi.storage.k8s.io/ephemeral": "true",
+        }
+        tokens = rig.tokens(f"sa-{identity}")
+        if tokens:
+            attrs["csi.storage.k8s.io/serviceAccount.tokens"] = json.dumps(
+                {a: {"token": t, "expirationTimestamp": ""} for a, t in tokens.items()}
+            )
+        out.append(
+            make(attributes=json.dumps(attrs), secrets="null", target_path="/t", permission="420")
+        )
+    return out
+
+
+async def bench(args: argparse.Namespace) -> dict[str, Any]:
+    with tempfile.TemporaryDirectory(prefix="sb-bench-") as tmp:
+        work = Path(tmp)
+        rig = make_rig(args.store, work, objects=args.objects, identities=args.identities)
+        echo_sock, prov_sock = str(work / "echo.sock"), str(work / "provider.sock")
+        key = work / "hmac.key"
+        key.write_bytes(os.urandom(32))
+        echo = subprocess.Popen([sys.executable, "-m", "provider.echo", echo_sock])
+        cmd = [
+            sys.executable,
+            "-m",
+            "provider.cli",
+            "serve",
+            "--socket",
+            prov_sock,
+            "--health-addr",
+            f"127.0.0.1:{rig.free_port()}",
+            "--hmac-key-file",
+            str(key),
+            "--log-level",
+            "warning",
+            "--cache-ttl",
+            str(args.cache_ttl),
+            *rig.provider_args,
+            *args.provider_arg,
+        ]
+        started = time.monotonic()
+        provider = subprocess.Popen(cmd)
+        try:
+            ready = await wait_ready(prov_sock, provider) + (time.monotonic() - started) * 0
+            rss_start = rss_mib(provider.pid)
+            requests = requests_for(rig, args, provider_pb2.MountRequest)
+            warm = requests[: min(50, len(requests))]
+            await drive(echo_sock, warm, args.concurrency, "warm", False)
+            await drive(prov_sock, warm, args.concurrency, "warm", False)
+            calls_before = rig.store_calls()
+            floor = await drive(echo_sock, requests, args.concurrency, "echo", args.progress)
+            mount = await drive(prov_sock, requests, args.concurrency, "mount", args.progress)
+            calls = _diff(rig.store_calls(), calls_before)
+            result = {
+                "store": args.store,
+                "mounts": args.mounts,
+                "concurrency": args.concurrency,
+                "pods": args.pods,
+                "identities": args.identities,
+                "objects": args.objects,
+                "cache_ttl": args.cache_ttl,
+                "provider_args": args.provider_arg,
+                "echo": floor.summary(),
+                "mount": mount.summary(),
+                "mount_errors": mount.errors,
+                "p50_ratio": mount.summary()["p50_ms"] / max(floor.summary()["p50_ms"], 1e-9),
+                "throughput_ratio": mount.summary()["throughput_per_s"]
+                / max(floor.summary()["throughput_per_s"], 1e-9),
+                "store_calls": calls,
+                "start_to_ready_s": ready,
+                "rss_mib_start": rss_start,
+                "rss_mib_end": rss_mib(provider.pid),
+            }
+            if args.plot:
+                plot(args.plot, floor, mount, result)
+            return result
+        finally:
+            for proc in (provider, echo):
+                proc.terminate()
+                proc.wait(15)
+            rig.stop()
+
+
+def _diff(after: dict[str, int], before: dict[str, int]) -> dict[str, int]:
+    return {k: v - before.get(k, 0) for k, v in after.items() if v - before.get(k, 0)}
+
+
+def plot(path: str, floor: Run, mount: Run, result: dict[str, Any]) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, ax = plt.subplots(figsize=(8, 4))
+    data = [[x * 1000 for x in floor.latencies], [x * 1000 for x in mount.latencies]]
+    ax.violinplot(data, showmedians=True)
+    ax.set_xticks([1, 2], ["echo (floor)", f"mount ({result['store']})"])
+    ax.set_ylabel("latency (ms)")
+    ax.set_yscale("log")
+    ax.set_title(
+        f"{result['mounts']} mounts, concurrency {result['concurrency']}, "
+        f"{result['objects']} objects, cache-ttl {result['cache_ttl']}"
+    )
+    fig.tight_layout()
+    fig.savefig(path, dpi=100)
+
+
+def report(result: dict[str, Any]) -> str:
+    e, m = result["echo"], result["mount"]
+    lines = [
+        f"store={result['store']} mounts={result['mounts']} concurrency={result['concurrency']} "
+        f"pods={result['pods']} identities={result['identities']} objects={result['objects']} "
+        f"cache_ttl={result['cache_ttl']}",
+        f"{'':8}{'p50 ms':>10}{'p95 ms':>10}{'p99 ms':>10}{'req/s':>10}{'errors':>8}",
+        f"{'echo':8}{e['p50_ms']:>10.2f}{e['p95_ms']:>10.2f}{e['p99_ms']:>10.2f}"
+        f"{e['throughput_per_s']:>10.0f}{e['errors']:>8}",
+        f"{'mount':8}{m['p50_ms']:>10.2f}{m['p95_ms']:>10.2f}{m['p99_ms']:>10.2f}"
+        f"{m['throughput_per_s']:>10.0f}{m['errors']:>8}",
+        f"p50 ratio {result['p50_ratio']:.2f}x, throughput ratio {result['throughput_ratio']:.0%}",
+        f"store calls: {result['store_calls'] or 'none'}",
+        f"provider: start to ready {result['start_to_ready_s']:.2f}s, RSS "
+        f"{result['rss_mib_start']:.0f} MiB at start, {result['rss_mib_end']:.0f} MiB after",
+    ]
+    if result["mount_errors"]:
+        lines.append(f"mount errors: {result['mount_errors']}")
+    return "\n".join(lines)
+
+
+def run(args: argparse.Namespace) -> int:
+    result = asyncio.run(bench(args))
+    print(report(result))
+    if args.json:
+        Path(args.json).write_text(json.dumps(result, indent=2) + "\n")
+    return 0 if not result["mount_errors"] else 1
+
+
+__all__ = ["add_bench_flags", "asdict", "run"]
