@@ -49,7 +49,7 @@ class FakeRig:
     def store_calls(self) -> dict[str, int]:
         url = f"http://127.0.0.1:{self.health}/metrics"
         try:
-            with urllib.request.urlopen(url, timeout=5) as resp:  # noqa: S310 - loopback
+            with urllib.request.urlopen(url, timeout=5) as resp:
                 text = resp.read().decode()
         except OSError:
             return {}

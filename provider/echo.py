@@ -18,12 +18,12 @@ from protos import provider_pb2, provider_pb2_grpc
 
 
 class EchoServicer(provider_pb2_grpc.CSIDriverProviderServicer):  # type: ignore[misc]
-    async def Version(self, request: object, context: object) -> object:  # noqa: N802
+    async def Version(self, request: object, context: object) -> object:
         return provider_pb2.VersionResponse(
             version="v1alpha1", runtime_name="echo", runtime_version="0.0.0"
         )
 
-    async def Mount(self, request: object, context: object) -> object:  # noqa: N802
+    async def Mount(self, request: object, context: object) -> object:
         return provider_pb2.MountResponse(
             object_version=[provider_pb2.ObjectVersion(id="echo", version="1")],
             files=[provider_pb2.File(path="echo", mode=0o644, contents=b"echo")],
