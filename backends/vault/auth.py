@@ -58,26 +58,29 @@ class Authenticator:
     async def _login(
         self, store: VaultStore, identity: Identity, ctx: FetchContext
     ) -> tuple[VaultToken, float]:
-        path = f"auth/{store.mount}/login"
         body = json.dumps({"role": store.role, "jwt": identity.credential})
+        doing = login_doing(store, identity)
         with self._env.metrics.backend_call("vault", "login"):
             reply = await self._http.request(
                 store.address,
                 store.tls,
                 "POST",
-                path,
+                f"auth/{store.mount}/login",
                 deadline=ctx.deadline,
                 namespace=store.namespace,
                 body=body,
+                doing=doing,
             )
         if reply.status != 200:
             raise login_error(reply, store, identity)
         auth = reply.json().get("auth") or {}
         client_token = auth.get("client_token")
         if not isinstance(client_token, str) or not client_token:
-            raise StoreUnavailable(
-                f"Vault at {store.address} answered the login at {path} without a token"
+            error = StoreUnavailable(
+                f"{doing}: the answer carries no Vault token; does vaultAddress point at Vault?"
             )
+            error.transient = False
+            raise error
         lease = float(auth.get("lease_duration") or 0)
         ttl = lease * (1 - self._margin) if lease > 0 else NO_LEASE_TTL
         return VaultToken(client_token, lease, time.monotonic()), ttl
@@ -86,13 +89,17 @@ class Authenticator:
         self._env.metrics.retries.labels("vault", type(exc).__name__).inc()
 
 
-def login_error(reply: Reply, store: VaultStore, identity: Identity) -> BridgeError:
-    """A refused login (400 or 403) is a denial naming role, mount, audience and likely cause."""
-    doing = (
+def login_doing(store: VaultStore, identity: Identity) -> str:
+    return (
         f"login of {identity.subject} to Vault at {store.address} as role {store.role!r} "
         f"via auth/{store.mount} (token audience {store.audience!r}"
         + (f", namespace {store.namespace!r})" if store.namespace else ")")
     )
+
+
+def login_error(reply: Reply, store: VaultStore, identity: Identity) -> BridgeError:
+    """A refused login (400 or 403) is a denial naming role, mount, audience and likely cause."""
+    doing = login_doing(store, identity)
     if reply.status not in (400, 401, 403):
         return status_error(
             reply,

@@ -98,10 +98,13 @@ class VaultHTTP:
         namespace: str = "",
         query: tuple[tuple[str, str], ...] = (),
         body: str = "",
+        doing: str = "",
     ) -> Reply:
+        """One API call. `doing` (what, for whom) prefixes every error message."""
+        doing = doing or f"{method} {path}"
         remaining = deadline - time.monotonic()
         if remaining <= 0:
-            raise DeadlineExceeded(f"no time left to call Vault at {address} ({method} {path})")
+            raise DeadlineExceeded(f"{doing}: no time left before the deadline")
         headers = {"X-Vault-Request": "true"}
         if token:
             headers["X-Vault-Token"] = token
@@ -124,37 +127,26 @@ class VaultHTTP:
                 # Go client (and so vault-csi-provider) follows, keeping method and body.
                 max_redirects=3,
             ) as resp:
-                data = await self._read_body(resp, address, path)
+                data = await self._read_body(resp, doing)
                 return Reply(resp.status, data, dict(resp.headers))
         except BridgeError:
             raise
         except TimeoutError:
             if time.monotonic() >= deadline:
                 raise DeadlineExceeded(
-                    f"Vault at {address} did not answer {method} {path} before the deadline"
+                    f"{doing}: Vault at {address} did not answer before the deadline"
                 ) from None
-            raise StoreUnavailable(f"Vault at {address} timed out on {method} {path}") from None
-        except aiohttp.ClientConnectorCertificateError as exc:
-            raise _tls_error(address, exc) from None
-        except aiohttp.ClientSSLError as exc:
-            raise _tls_error(address, exc) from None
+            raise StoreUnavailable(f"{doing}: Vault at {address} timed out") from None
         except (aiohttp.ClientError, OSError, ValueError) as exc:
-            if _is_tls_failure(exc):
-                raise _tls_error(address, exc) from None
-            raise StoreUnavailable(
-                f"Vault at {address} is unreachable ({type(exc).__name__}: {scrub(exc)}); check "
-                "vaultAddress / --vault-addr and that Vault is running"
-            ) from None
+            raise _transport_error(doing, address, exc) from None
 
-    async def _read_body(self, resp: aiohttp.ClientResponse, address: str, path: str) -> bytes:
+    async def _read_body(self, resp: aiohttp.ClientResponse, doing: str) -> bytes:
         chunks: list[bytes] = []
         size = 0
         async for chunk in resp.content.iter_chunked(64 * 1024):
             size += len(chunk)
             if size > self._max_body:
-                raise LimitExceeded(
-                    f"Vault's answer for {path} at {address} is over {self._max_body} bytes"
-                )
+                raise LimitExceeded(f"{doing}: Vault's answer is over {self._max_body} bytes")
             chunks.append(chunk)
         return b"".join(chunks)
 
@@ -191,14 +183,24 @@ def _retry_after(reply: Reply) -> float | None:
         return None
 
 
-def _tls_error(address: str, exc: Exception) -> StoreUnavailable:
-    error = StoreUnavailable(
-        f"TLS connection to Vault at {address} failed ({scrub(exc)}); check vaultCACertPath / "
-        "vaultCADirectory, vaultTLSServerName and the client certificate settings"
+def _transport_error(doing: str, address: str, exc: BaseException) -> StoreUnavailable:
+    """The one translation of aiohttp / ssl / OS errors."""
+    detail = f"{type(exc).__name__}: {scrub(exc)}"
+    if isinstance(exc, aiohttp.ClientSSLError) or _is_tls_failure(exc):
+        error = StoreUnavailable(
+            f"{doing}: TLS connection to Vault at {address} failed ({detail}); check "
+            "vaultCACertPath / vaultCADirectory, vaultTLSServerName and the client certificate "
+            "settings"
+        )
+        # A certificate mismatch does not heal by retrying within this Mount.
+        error.transient = False
+        return error
+    if isinstance(exc, aiohttp.ClientPayloadError | aiohttp.ServerDisconnectedError):
+        return StoreUnavailable(f"{doing}: the connection to Vault at {address} broke ({detail})")
+    return StoreUnavailable(
+        f"{doing}: Vault at {address} is unreachable ({detail}); check vaultAddress / "
+        "--vault-addr and that Vault is running"
     )
-    # A certificate mismatch does not heal by retrying within this Mount.
-    error.transient = False
-    return error
 
 
 def _is_tls_failure(exc: BaseException) -> bool:

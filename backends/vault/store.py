@@ -94,24 +94,24 @@ class VaultBackend:
         started: float,
     ) -> Fetched:
         assert isinstance(ref, VaultRef)
-        reply = await self._attempt(store, token, ref, ctx)
-        # A token logged in during this fetch cannot have been revoked since: its 403 is a
-        # policy denial, and logging in again would only double the load of a misconfiguration.
-        if isinstance(reply, Reply) and reply.status == 403 and token.obtained < started:
-            token = await self._auth.relogin(store, identity, token, ctx)
-            reply = await self._attempt(store, token, ref, ctx)
-        if isinstance(reply, BridgeError):
-            return reply
         doing = (
             f"reading {ref.describe()} for {names.get(ref, 'object')} as {identity.subject} "
             f"(role {store.role!r}, auth/{store.mount})"
         )
+        reply = await self._attempt(store, token, ref, ctx, doing)
+        # A token logged in during this fetch cannot have been revoked since: its 403 is a
+        # policy denial, and logging in again would only double the load of a misconfiguration.
+        if isinstance(reply, Reply) and reply.status == 403 and token.obtained < started:
+            token = await self._auth.relogin(store, identity, token, ctx)
+            reply = await self._attempt(store, token, ref, ctx, doing)
+        if isinstance(reply, BridgeError):
+            return reply
         if not 200 <= reply.status < 300:
             return _read_error(reply, doing, store, ref)
         return _value(reply, doing)
 
     async def _attempt(
-        self, store: VaultStore, token: VaultToken, ref: VaultRef, ctx: FetchContext
+        self, store: VaultStore, token: VaultToken, ref: VaultRef, ctx: FetchContext, doing: str
     ) -> Reply | BridgeError:
         async def call() -> Reply:
             with self._env.metrics.backend_call("vault", "read"):
@@ -125,9 +125,10 @@ class VaultBackend:
                     namespace=store.namespace,
                     query=ref.query,
                     body=ref.body,
+                    doing=doing,
                 )
             if reply.status >= 500 or reply.status in (412, 429):
-                raise status_error(reply, f"reading {ref.describe()}", denied="")
+                raise status_error(reply, doing, denied="")
             return reply
 
         try:

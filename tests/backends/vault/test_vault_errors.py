@@ -1,0 +1,227 @@
+"""Failures on the wire become our error types, with useful messages, bounded retries, and no
+token in any text; no aiohttp (or other library) exception escapes identify/fetch."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import AsyncIterator, Hashable, Mapping
+
+import pytest
+
+from backends.base import FetchContext, Identity, StorePlan
+from backends.vault.options import Options
+from backends.vault.store import VaultBackend, create
+from provider.errors import (
+    BridgeError,
+    DeadlineExceeded,
+    LimitExceeded,
+    NotFound,
+    PermissionDenied,
+    StoreUnavailable,
+)
+from tests.backends.vault.conftest import plan_for
+from tests.backends.vault.fakevault import (
+    FAKE_TOKEN,
+    FakeVault,
+    drop,
+    json_ok,
+    login_ok,
+    raw,
+    redirect,
+    slow,
+    status,
+)
+from tests.helpers import fetch_ctx, make_env, make_pod
+
+POD_JWT = "eyJhbGciOiJSUzI1NiJ9.eyJzdWIiOiJzeXN0ZW06c2VydmljZWFjY291bnQifQ.c2lnbmF0dXJlLXRlc3Q"
+LOGIN = ("POST", "auth/kubernetes/login")
+READ = ("GET", "secret/data/app")
+
+
+@pytest.fixture
+async def fake() -> AsyncIterator[FakeVault]:
+    server = await FakeVault.start()
+    yield server
+    await server.stop()
+
+
+@pytest.fixture
+async def backend() -> AsyncIterator[VaultBackend]:
+    vault = create(make_env("vault", Options(max_connections=8)))
+    yield vault
+    await vault.close()
+
+
+def plan_at(fake: FakeVault) -> StorePlan:
+    return plan_for(
+        "- {objectName: app, secretPath: secret/data/app}", vaultAddress=fake.addr, roleName="r"
+    )
+
+
+async def run(
+    backend: VaultBackend, plan: StorePlan, ctx: FetchContext | None = None
+) -> tuple[Identity, Mapping[Hashable, object]]:
+    identity = await backend.identify(plan, make_pod(tokens={"vault": POD_JWT}))
+    refs = [s.ref for s in plan.objects]
+    return identity, await backend.fetch(plan, identity, refs, ctx or fetch_ctx(6))
+
+
+def no_secrets(text: str) -> None:
+    assert POD_JWT not in text
+    assert FAKE_TOKEN not in text
+
+
+async def test_request_shape(fake: FakeVault, backend: VaultBackend) -> None:
+    fake.on(*LOGIN, login_ok())
+    fake.on(*READ, json_ok({"data": {"k": "v"}}))
+    plan = plan_for(
+        "- {objectName: app, secretPath: secret/data/app}",
+        vaultAddress=fake.addr,
+        roleName="r",
+        vaultNamespace="team",
+    )
+    await run(backend, plan)
+    login_body = next(b for m, p, b in fake.bodies if (m, p) == LOGIN)
+    assert login_body == b'{"role": "r", "jwt": "' + POD_JWT.encode() + b'"}'
+    login_headers, read_headers = fake.headers
+    assert "X-Vault-Token" not in login_headers
+    assert login_headers["X-Vault-Namespace"] == read_headers["X-Vault-Namespace"] == "team"
+    assert read_headers["X-Vault-Token"] == FAKE_TOKEN
+
+
+async def test_sealed_vault_at_login_is_retried_then_unavailable(
+    fake: FakeVault, backend: VaultBackend
+) -> None:
+    fake.on(*LOGIN, status(503, errors=["Vault is sealed"]))
+    start = time.monotonic()
+    with pytest.raises(StoreUnavailable) as info:
+        await run(backend, plan_at(fake), fetch_ctx(3))
+    assert time.monotonic() - start < 3
+    assert fake.calls[LOGIN] > 1
+    assert info.value.transient
+    assert "sealed" in str(info.value) and "auth/kubernetes" in str(info.value)
+
+
+async def test_throttling_honours_retry_after(fake: FakeVault, backend: VaultBackend) -> None:
+    fake.on(*LOGIN, login_ok())
+    fake.on(*READ, status(429, headers={"Retry-After": "0.3"}), json_ok({"data": {"k": "v"}}))
+    start = time.monotonic()
+    _, results = await run(backend, plan_at(fake))
+    assert isinstance(results[plan_at(fake).objects[0].ref], list)
+    assert time.monotonic() - start >= 0.3
+    assert fake.calls[READ] == 2
+
+
+async def test_cached_token_refused_once_logs_in_again(
+    fake: FakeVault, backend: VaultBackend
+) -> None:
+    fake.on(*LOGIN, login_ok())
+    fake.on(*READ, json_ok({"data": {"k": "v"}}))
+    plan = plan_at(fake)
+    await run(backend, plan)
+    fake.on(*READ, status(403, errors=["permission denied"]), json_ok({"data": {"k": "v2"}}))
+    _, results = await run(backend, plan)
+    assert isinstance(results[plan.objects[0].ref], list)
+    assert fake.calls[LOGIN] == 2
+
+
+@pytest.mark.parametrize(
+    ("handler", "expected", "needle"),
+    [
+        (status(500, errors=["internal error"]), StoreUnavailable, "HTTP 500"),
+        (status(404), NotFound, "secret/data/app"),
+        (status(400, errors=["bad args"]), BridgeError, "bad args"),
+        (raw(b"<html>proxy</html>"), StoreUnavailable, "does vaultAddress point at Vault"),
+        (raw(b"", 204), NotFound, "no data"),
+        (json_ok(None), NotFound, "no data"),
+        (drop(), StoreUnavailable, "connection to Vault"),
+        (raw(b"x" * (5 * 1024 * 1024), content_type="application/json"), LimitExceeded, "bytes"),
+        (status(418, errors=[f"teapot {POD_JWT} {FAKE_TOKEN}"]), StoreUnavailable, "HTTP 418"),
+    ],
+    ids=["500", "404", "400", "html", "204", "null-data", "dropped", "too-big", "echoes-token"],
+)
+async def test_read_faults_are_per_object_errors(
+    fake: FakeVault,
+    backend: VaultBackend,
+    handler: object,
+    expected: type[BridgeError],
+    needle: str,
+) -> None:
+    fake.on(*LOGIN, login_ok())
+    fake.on(*READ, handler)  # type: ignore[arg-type]
+    plan = plan_at(fake)
+    _, results = await run(backend, plan, fetch_ctx(1.5))
+    error = results[plan.objects[0].ref]
+    assert isinstance(error, expected), error
+    assert needle in str(error)
+    assert "object 'app'" in str(error)
+    no_secrets(str(error))
+
+
+@pytest.mark.parametrize(
+    ("handler", "expected"),
+    [
+        (status(400, errors=[f"invalid token {POD_JWT}"]), PermissionDenied),
+        (status(403, errors=["permission denied"]), PermissionDenied),
+        (json_ok(None), StoreUnavailable),
+        (raw(b"not json"), StoreUnavailable),
+        (drop(), StoreUnavailable),
+        (status(404, errors=["namespace not found"]), NotFound),
+    ],
+    ids=["400", "403", "no-auth", "garbage", "dropped", "404"],
+)
+async def test_login_faults_fail_the_whole_call(
+    fake: FakeVault, backend: VaultBackend, handler: object, expected: type[BridgeError]
+) -> None:
+    fake.on(*LOGIN, handler)  # type: ignore[arg-type]
+    with pytest.raises(BridgeError) as info:
+        await run(backend, plan_at(fake), fetch_ctx(1.5))
+    assert isinstance(info.value, expected), info.value
+    assert "role 'r'" in str(info.value) and "auth/kubernetes" in str(info.value)
+    no_secrets(str(info.value))
+    assert fake.calls[READ] == 0
+
+
+async def test_unreachable_vault(backend: VaultBackend) -> None:
+    plan = plan_for(
+        "- {objectName: a, secretPath: s/a}", vaultAddress="http://127.0.0.1:9", roleName="r"
+    )
+    with pytest.raises(StoreUnavailable, match=r"unreachable.*vaultAddress"):
+        await run(backend, plan, fetch_ctx(1))
+
+
+async def test_slow_vault_hits_the_deadline(fake: FakeVault, backend: VaultBackend) -> None:
+    fake.on(*LOGIN, login_ok())
+    fake.on(*READ, slow(5, json_ok({})))
+    start = time.monotonic()
+    plan = plan_at(fake)
+    _, results = await run(backend, plan, fetch_ctx(1))
+    assert time.monotonic() - start < 2
+    assert isinstance(results[plan.objects[0].ref], DeadlineExceeded | StoreUnavailable)
+
+
+async def test_redirect_to_the_active_node_is_followed(
+    fake: FakeVault, backend: VaultBackend
+) -> None:
+    fake.on(*LOGIN, login_ok())
+    fake.on(*READ, redirect(f"{fake.addr}/v1/secret/data/active"))
+    fake.on("GET", "secret/data/active", json_ok({"data": {"k": "v"}}))
+    plan = plan_at(fake)
+    _, results = await run(backend, plan)
+    assert isinstance(results[plan.objects[0].ref], list)
+
+
+async def test_short_token_lease_is_renewed_by_login(
+    fake: FakeVault, backend: VaultBackend
+) -> None:
+    # A 1 s lease with the default 20% margin is kept 0.8 s.
+    fake.on(*LOGIN, login_ok(lease=1))
+    fake.on(*READ, json_ok({"data": {"k": "v"}}))
+    plan = plan_at(fake)
+    await run(backend, plan)
+    await run(backend, plan)
+    assert fake.calls[LOGIN] == 1
+    await asyncio.sleep(0.9)
+    await run(backend, plan)
+    assert fake.calls[LOGIN] == 2
