@@ -58,6 +58,7 @@ def test_base_holds_the_expected_objects_in_one_namespace(base: Rendered) -> Non
         ("DaemonSet", "secrets-bridge"),
         ("Namespace", "secrets-bridge"),
         ("NetworkPolicy", "secrets-bridge"),
+        ("ResourceQuota", "secrets-bridge-node-critical-pods"),
         ("Secret", "secrets-bridge"),
         ("ServiceAccount", "secrets-bridge"),
     ]
@@ -163,6 +164,11 @@ def test_scheduled_on_every_linux_node_as_node_critical(base: Rendered) -> None:
     assert spec["nodeSelector"] == {"kubernetes.io/os": "linux"}
     assert {"operator": "Exists"} in spec["tolerations"]
     assert spec["priorityClassName"] == "system-node-critical"
+    # ...admitted outside kube-system where critical pods need a quota (GKE).
+    scope = base.one("ResourceQuota")["spec"]["scopeSelector"]["matchExpressions"]
+    assert scope == [
+        {"scopeName": "PriorityClass", "operator": "In", "values": ["system-node-critical"]}
+    ]
     grace = float(next(a for a in container(base)["args"] if a.startswith("--grace-period="))[15:])
     assert spec["terminationGracePeriodSeconds"] > grace
 
