@@ -119,10 +119,14 @@ class Reader:
         response = await self.call(
             "secretsmanager", self.region(index), "GetSecretValue", what, hint, **kwargs
         )
-        if response.get("SecretString") is not None:
-            content = str(response["SecretString"]).encode()
+        text, binary = response.get("SecretString"), response.get("SecretBinary")
+        if isinstance(text, str):
+            content = text.encode()
+        elif isinstance(binary, bytes):
+            content = binary
         else:
-            content = bytes(response.get("SecretBinary") or b"")
+            # A proxy's page parsed as an empty answer must not become an empty file.
+            raise StoreUnavailable(f"{what}: the answer holds no SecretString or SecretBinary")
         return SecretValue(content=content, version=response.get("VersionId"))
 
     async def confirm(self, ref: AwsRef, index: int, held: SecretValue) -> bool:
@@ -180,6 +184,8 @@ class Reader:
             # AWS refuses the whole batch for one forbidden name: ask one by one to say which.
             parts = await asyncio.gather(*(self._parameter_single(ref, index) for ref in refs))
             return dict(zip(refs, parts, strict=True))
+        if not isinstance(response.get("Parameters"), list):
+            raise StoreUnavailable(f"{what}: the answer holds no Parameters list")
         return self._match(response, selectors, index)
 
     async def _parameter_single(self, ref: AwsRef, index: int) -> Fetched:
@@ -195,11 +201,13 @@ class Reader:
         # A batch never holds one name twice (see pack), so Name or ARN identifies the request.
         by_name = {ref.target(index).name: ref for ref in selectors.values()}
         results: dict[Hashable, Fetched] = {}
-        for param in response.get("Parameters") or []:
-            ref = by_name.get(param.get("Name")) or by_name.get(param.get("ARN"))
-            if ref is None:
+        for param in response["Parameters"]:
+            if not isinstance(param, dict):
                 continue
-            value = str(param.get("Value", ""))
+            ref = by_name.get(str(param.get("Name"))) or by_name.get(str(param.get("ARN")))
+            value = param.get("Value")
+            if ref is None or not isinstance(value, str):
+                continue
             version = param.get("Version")
             results[ref] = [
                 SecretValue(
