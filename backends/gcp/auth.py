@@ -103,7 +103,10 @@ class Authenticator:
         login = identity.credential
         if isinstance(login, PodLogin):
             return await self._workload_identity(login, identity.subject, ctx)
-        with translated("authenticating with Google credentials", identity.subject):
+        with (
+            self._env.metrics.backend_call("gcp", "GoogleAuthRefresh"),
+            translated("authenticating with Google credentials", identity.subject),
+        ):
             return await asyncio.to_thread(_google_auth_token, login)
 
     async def _workload_identity(
@@ -111,7 +114,8 @@ class Authenticator:
     ) -> AccessToken:
         # retry_transient needs an `async def` (tenacity treats a lambda as synchronous).
         async def exchange() -> AccessToken:
-            return await self._endpoints.exchange(login.audience, login.token, subject, ctx)
+            with self._env.metrics.backend_call("gcp", "StsExchange"):
+                return await self._endpoints.exchange(login.audience, login.token, subject, ctx)
 
         federated = await retry_transient(exchange, ctx)
         annotations = await self._env.kube.service_account_annotations(
@@ -131,7 +135,8 @@ class Authenticator:
         delegates = _delegates(annotations.get(DELEGATES_ANNOTATION), subject)
 
         async def impersonate() -> AccessToken:
-            return await self._endpoints.impersonate(federated, gsa, delegates, subject, ctx)
+            with self._env.metrics.backend_call("gcp", "GenerateAccessToken"):
+                return await self._endpoints.impersonate(federated, gsa, delegates, subject, ctx)
 
         return await retry_transient(impersonate, ctx)
 

@@ -24,7 +24,7 @@ from google.cloud.secretmanager_v1.services.secret_manager_service.transports im
 
 from backends.gcp.errors import translated
 from backends.gcp.params import GcpRef
-from provider.errors import DeadlineExceeded
+from provider.errors import DeadlineExceeded, StoreUnavailable
 
 # The generated client logs every call's metadata (our bearer token) and response (the secret)
 # whenever its logger is enabled for DEBUG, and google-auth logs token requests the same way.
@@ -62,7 +62,7 @@ class SecretManager:
             if self._options.local_channel:
                 creds = grpc.local_channel_credentials(grpc.LocalConnectionType.LOCAL_TCP)
             else:
-                creds = grpc.ssl_channel_credentials()
+                creds = grpc.ssl_channel_credentials(root_certificates=self._roots())
             channel = grpc.aio.secure_channel(
                 endpoint,
                 creds,
@@ -75,6 +75,19 @@ class SecretManager:
             entry = (channel, SecretManagerServiceAsyncClient(transport=transport))
             self._clients[endpoint] = entry
         return entry[1]
+
+    def _roots(self) -> bytes | None:
+        """The CA bundle from --gcp-ca-file, or None for gRPC's own roots."""
+        ca_file = self._options.ca_file
+        if not ca_file:
+            return None
+        try:
+            with open(ca_file, "rb") as fh:
+                return fh.read()
+        except OSError as exc:
+            raise StoreUnavailable(
+                f"--gcp-ca-file {ca_file} cannot be read: {exc.strerror}"
+            ) from None
 
     async def access(self, ref: GcpRef, token: str, subject: str, deadline: float) -> Accessed:
         remaining = deadline - time.monotonic()

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import datetime
 import json
+import ssl
 import time
 from collections.abc import Mapping
 from dataclasses import dataclass, field
@@ -37,9 +38,10 @@ class AccessToken:
 class TokenEndpoints:
     """STS and IAM credentials; the aiohttp session opens on first use (in the running loop)."""
 
-    def __init__(self, sts_url: str, iam_url: str) -> None:
+    def __init__(self, sts_url: str, iam_url: str, ca_file: str | None = None) -> None:
         self._sts_url = sts_url
         self._iam_url = iam_url.rstrip("/")
+        self._ca_file = ca_file
         self._session: aiohttp.ClientSession | None = None
 
     async def exchange(
@@ -95,7 +97,12 @@ class TokenEndpoints:
         headers: Mapping[str, str] | None = None,
     ) -> Mapping[str, Any]:
         if self._session is None:
-            self._session = aiohttp.ClientSession()
+            ssl_context = None
+            if self._ca_file:
+                with translated(f"reading --gcp-ca-file {self._ca_file}", subject):
+                    ssl_context = ssl.create_default_context(cafile=self._ca_file)
+            connector = aiohttp.TCPConnector(ssl=ssl_context if ssl_context else True)
+            self._session = aiohttp.ClientSession(connector=connector)
         seconds = max(0.1, min(CALL_TIMEOUT, ctx.deadline - time.monotonic()))
         with translated(what, subject):
             async with self._session.post(

@@ -54,6 +54,10 @@ class Options:
             "help": "Secret Manager gRPC host:port for regional secrets; {location} is replaced"
         },
     )
+    ca_file: str | None = field(
+        default=None,
+        metadata={"help": "PEM bundle of CAs trusted for every Google endpoint (default: system)"},
+    )
     local_channel: bool = field(
         default=False,
         metadata={

@@ -32,7 +32,9 @@ class GcpBackend:
 
         self._env = env
         options = env.options if env.options is not None else Options()
-        self._endpoints = TokenEndpoints(options.sts_endpoint, options.iam_endpoint)
+        self._endpoints = TokenEndpoints(
+            options.sts_endpoint, options.iam_endpoint, options.ca_file
+        )
         self._auth = Authenticator(env, self._endpoints)
         self._secrets = SecretManager(options)
         self._limit = asyncio.Semaphore(MAX_CONCURRENT_READS)
@@ -43,8 +45,7 @@ class GcpBackend:
     async def fetch(
         self, plan: StorePlan, identity: Identity, refs: Sequence[Hashable], ctx: FetchContext
     ) -> Mapping[Hashable, Fetched]:
-        with self._env.metrics.backend_call("gcp", "login"):
-            token = await self._auth.access_token(identity, ctx)
+        token = await self._auth.access_token(identity, ctx)
         results = await asyncio.gather(*(self._read(r, token, identity, ctx) for r in refs))
         return dict(zip(refs, results, strict=True))
 

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import AsyncIterator
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 import pytest
@@ -30,6 +30,8 @@ class Stack:
     http: str
     env: BackendEnv
     backend: GcpBackend
+    #: Backends made by `rebuild`, closed with the stack.
+    rebuilt: list[tuple[GcpBackend, BackendEnv]] = field(default_factory=list)
 
     def pod(self, namespace: str = "default", sa: str = "app", **kw: Any) -> Pod:
         """A pod whose kubelet passed a token for the pool, known to the fake STS."""
@@ -45,7 +47,14 @@ class Stack:
         """Another backend on the same fake Google, with other options or core settings."""
         options = Options(**{**self.options.__dict__, **option_changes})
         env = make_env("gcp", options, kube_api_url=self.http, **(core or {}))
-        return create(env)
+        backend = create(env)
+        self.rebuilt.append((backend, env))
+        return backend
+
+    async def close(self) -> None:
+        for backend, env in [(self.backend, self.env), *self.rebuilt]:
+            await backend.close()
+            await env.kube.close()
 
 
 @pytest.fixture
@@ -73,11 +82,11 @@ async def stack() -> AsyncIterator[Stack]:
     )
     env = make_env("gcp", options, kube_api_url=http)
     backend = create(env)
+    stack = Stack(google, options, http, env, backend)
     try:
-        yield Stack(google, options, http, env, backend)
+        yield stack
     finally:
-        await backend.close()
-        await env.kube.close()
+        await stack.close()
         await global_server.stop(None)
         await regional_server.stop(None)
         await runner.cleanup()

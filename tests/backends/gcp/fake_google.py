@@ -118,10 +118,16 @@ def secret_manager_handler(google: FakeGoogle, label: str, regional: bool) -> An
     )
 
 
-async def start_secret_manager(google: FakeGoogle, label: str, regional: bool) -> tuple[Any, int]:
+async def start_secret_manager(
+    google: FakeGoogle, label: str, regional: bool, tls: tuple[bytes, bytes] | None = None
+) -> tuple[Any, int]:
+    """A Secret Manager on 127.0.0.1: TLS with (key, cert) PEMs, else gRPC local credentials."""
     server = grpc.aio.server()
     server.add_generic_rpc_handlers((secret_manager_handler(google, label, regional),))
-    creds = grpc.local_server_credentials(grpc.LocalConnectionType.LOCAL_TCP)
+    if tls is not None:
+        creds = grpc.ssl_server_credentials([tls])
+    else:
+        creds = grpc.local_server_credentials(grpc.LocalConnectionType.LOCAL_TCP)
     port = server.add_secure_port("127.0.0.1:0", creds)
     await server.start()
     return server, port
