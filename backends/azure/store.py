@@ -76,7 +76,9 @@ class AzureBackend:
         source = auth.AssertionSource()
         source.token = login.assertion
         inner = auth.build_credential(store, login, await self._http.transport(), source)
-        credential = auth.CheckedCredential(inner, store, identity.subject)
+        credential = auth.CheckedCredential(
+            inner, store, identity.subject, self._env.credentials, identity.key
+        )
         url = login.endpoints.vault_url
         clients: list[Any] = []
         for cls in (SecretClient, KeyClient, CertificateClient):

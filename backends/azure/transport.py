@@ -23,11 +23,8 @@ from backends.azure.options import Options
 class _ConnectTo(AbstractResolver):
     """Resolves every host name to one HOST:PORT (like curl's --connect-to)."""
 
-    def __init__(self, target: str) -> None:
-        host, _, port = target.rpartition(":")
-        if not host or not port.isdigit():
-            raise ValueError(f"--azure-connect-to {target!r}: expected HOST:PORT")
-        self._host, self._port = host.strip("[]"), int(port)
+    def __init__(self, host: str, port: int) -> None:
+        self._host, self._port = host, port
         self._inner = aiohttp.ThreadedResolver()
 
     async def resolve(
@@ -42,7 +39,18 @@ class _ConnectTo(AbstractResolver):
 
 class SharedSession:
     def __init__(self, options: Options | None) -> None:
-        self._options = options or Options()
+        """Checks the options now, so a bad flag stops start-up instead of failing Mounts."""
+        options = options or Options()
+        try:
+            self._ssl = ssl.create_default_context(cafile=options.ca_file or None)
+        except (OSError, ssl.SSLError) as exc:
+            raise ValueError(f"--azure-ca-file {options.ca_file}: {exc}") from None
+        self._connect_to: tuple[str, int] | None = None
+        if options.connect_to:
+            host, _, port = options.connect_to.rpartition(":")
+            if not host or not port.isdigit():
+                raise ValueError(f"--azure-connect-to {options.connect_to!r}: expected HOST:PORT")
+            self._connect_to = (host.strip("[]"), int(port))
         self._session: aiohttp.ClientSession | None = None
         self._lock = asyncio.Lock()
 
@@ -56,9 +64,8 @@ class SharedSession:
         return AioHttpTransport(session=self._session, session_owner=False)
 
     def _build(self) -> aiohttp.ClientSession:
-        context = ssl.create_default_context(cafile=self._options.ca_file or None)
-        resolver = _ConnectTo(self._options.connect_to) if self._options.connect_to else None
-        connector = aiohttp.TCPConnector(ssl=context, resolver=resolver, limit=100)
+        resolver = _ConnectTo(*self._connect_to) if self._connect_to else None
+        connector = aiohttp.TCPConnector(ssl=self._ssl, resolver=resolver, limit=100)
         # As azure-core's own sessions: the SDK decompresses and keeps no cookies itself.
         return aiohttp.ClientSession(
             connector=connector,

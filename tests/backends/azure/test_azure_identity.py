@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import json
 from pathlib import Path
 
@@ -146,3 +147,29 @@ async def test_azure_clouds_and_overrides(tmp_path: Path) -> None:
     missing = AzureStore("kv1", TENANT, "AzureStackCloud", "/nonexistent", "workload-identity")
     with pytest.raises(InvalidParameters, match="cloudEnvFileName /nonexistent"):
         await auth.endpoints(missing, Options())
+
+
+@pytest.mark.parametrize(
+    ("options", "expected"),
+    [
+        (Options(connect_to="no-port"), "--azure-connect-to"),
+        (Options(connect_to="host:http"), "--azure-connect-to"),
+        (Options(ca_file="/nonexistent/ca.pem"), "--azure-ca-file /nonexistent/ca.pem"),
+    ],
+)
+def test_azure_bad_options_stop_start_up(options: Options, expected: str) -> None:
+    with pytest.raises(ValueError, match=expected):
+        create(make_env("azure", options))
+
+
+async def test_azure_concurrent_mounts_of_one_identity_log_in_once(
+    azure: Azure, backend: AzureBackend
+) -> None:
+    vault = azure.fake.vault("kv1", TENANT)
+    vault.access[CLIENT] = "*"
+    vault.add("secret", "s", {"value": "x"})
+    p = plan(OBJ)
+    results = await asyncio.gather(*(fetch(backend, p) for _ in range(20)))
+    assert all(not isinstance(r[p.objects[0].ref], BridgeError) for r in results)
+    assert len(azure.fake.calls.tokens) == 1
+    assert len(azure.fake.calls.vault) == 20

@@ -1,0 +1,140 @@
+"""Whole Mounts through the real provider (gRPC on a Unix socket) against the fake Azure."""
+
+from __future__ import annotations
+
+import asyncio
+import base64
+import json
+from collections.abc import AsyncIterator
+from pathlib import Path
+from typing import Any
+
+import grpc
+import pytest
+import yaml
+
+from protos import provider_pb2, provider_pb2_grpc
+from provider import app
+from provider.settings import CoreSettings, ServeSettings
+from tests.backends.azure import pki
+from tests.backends.azure.conftest import CLIENT, POD_TOKEN, TENANT, Azure
+from tests.backends.azure.test_azure_fetch import objects
+
+HERE = Path(__file__).parent
+AUDIENCE = "api://AzureADTokenExchange"
+
+
+def request(parameters: dict[str, str], token: str = POD_TOKEN) -> Any:
+    tokens = {AUDIENCE: {"token": token, "expirationTimestamp": "2030-01-01T00:00:00Z"}}
+    attributes = {
+        **parameters,
+        "secretProviderClass": "azure-kvname-wi",
+        "csi.storage.k8s.io/pod.name": "app-0",
+        "csi.storage.k8s.io/pod.namespace": "default",
+        "csi.storage.k8s.io/pod.uid": "uid-0",
+        "csi.storage.k8s.io/serviceAccount.name": "app",
+        "csi.storage.k8s.io/ephemeral": "true",
+        "csi.storage.k8s.io/serviceAccount.tokens": json.dumps(tokens),
+    }
+    return provider_pb2.MountRequest(
+        attributes=json.dumps(attributes), secrets="null", target_path="/t", permission="420"
+    )
+
+
+@pytest.fixture
+async def provider(azure: Azure, tmp_path: Path) -> AsyncIterator[Any]:
+    key = tmp_path / "hmac.key"
+    key.write_bytes(b"0123456789abcdef0123456789abcdef")
+    settings = ServeSettings(
+        socket=str(tmp_path / "p.sock"),
+        health_addr="127.0.0.1:0",
+        grace_period=1.0,
+        hmac_key_file=str(key),
+        core=CoreSettings(),
+        backend_options={"azure": azure.options},
+    )
+    ready, stop = asyncio.Event(), asyncio.Event()
+    task = asyncio.create_task(app.serve(settings, ready=ready, stop=stop))
+    await asyncio.wait_for(ready.wait(), 10)
+    channel = grpc.aio.insecure_channel(
+        f"unix://{settings.socket}", options=[("grpc.default_authority", "localhost")]
+    )
+    try:
+        yield provider_pb2_grpc.CSIDriverProviderStub(channel)
+    finally:
+        await channel.close()
+        stop.set()
+        await asyncio.wait_for(task, 10)
+
+
+async def test_azure_upstream_documented_class_mounts(azure: Azure, provider: Any) -> None:
+    root, mid, leaf = pki.chain()
+    vault = azure.fake.vault("kvname", TENANT)
+    vault.access[CLIENT] = "*"
+    v_secret = vault.add("secret", "secret1", {"value": "hello"})
+    key1 = pki.issue("k").key
+    vault.add("key", "key1", {"key": pki.jwk(key1)})
+    vault.add("cert", "cert1", pki.cert_body(leaf))
+    vault.add("key", "cert1", {"key": pki.jwk(leaf.key)})
+    body = {"value": pki.pfx(leaf, [root, mid]), "contentType": "application/x-pkcs12"}
+    vault.add("secret", "cert1", {**body, "certificate_backed": True})
+    spc = yaml.safe_load((HERE / "spc_upstream_docs.yaml").read_text())
+
+    reply = await provider.Mount(request(spc["spec"]["parameters"]), timeout=10)
+    assert not reply.error.code
+    assert {f.path: (f.mode, f.contents) for f in reply.files} == {
+        "secret1": (0o644, b"hello"),
+        "key1": (0o644, pki.public_pem(key1)),
+        "cert1": (0o644, leaf.pem),
+        "cert1-pub-key": (0o644, pki.public_pem(leaf.key)),
+        "cert1-secret": (0o644, leaf.key_pem + leaf.pem + mid.pem + root.pem),
+    }
+    versions = {v.id: v.version for v in reply.object_version}
+    assert versions["secret1"] == v_secret  # the Key Vault version id, not a content hash
+
+
+async def test_azure_mount_history_encoding_and_modes(azure: Azure, provider: Any) -> None:
+    vault = azure.fake.vault("kvname", TENANT)
+    vault.access[CLIENT] = "*"
+    v1 = vault.add("secret", "api-key", {"value": "first"})
+    v2 = vault.add("secret", "api-key", {"value": "second"})
+    vault.add("secret", "blob", {"value": base64.b64encode(b"\x00\x01binary").decode()})
+    parameters = {
+        "backend": "azure",
+        "keyvaultName": "kvname",
+        "tenantID": TENANT,
+        "clientID": CLIENT,
+        "objects": objects(
+            "objectName: api-key\nobjectType: secret\nobjectAlias: keys\nobjectVersionHistory: 2",
+            "objectName: blob\nobjectType: secret\nobjectEncoding: base64\nfilePermission: '0400'",
+        ),
+    }
+    reply = await provider.Mount(request(parameters), timeout=10)
+    assert not reply.error.code
+    assert {f.path: (f.mode, f.contents) for f in reply.files} == {
+        "keys/0": (0o644, b"second"),
+        "keys/1": (0o644, b"first"),
+        "blob": (0o400, b"\x00\x01binary"),
+    }
+    versions = {v.id: v.version for v in reply.object_version}
+    assert versions["secret/api-key/0"] == v2 and versions["secret/api-key/1"] == v1
+
+
+async def test_azure_mount_denied_names_vault_object_and_identity(
+    azure: Azure, provider: Any
+) -> None:
+    vault = azure.fake.vault("kvname", TENANT)
+    vault.add("secret", "theirs", {"value": "x"})
+    parameters = {
+        "backend": "azure",
+        "keyvaultName": "kvname",
+        "tenantId": TENANT,
+        "clientID": CLIENT,
+        "objects": objects("objectName: theirs\nobjectType: secret"),
+    }
+    with pytest.raises(grpc.aio.AioRpcError) as err:
+        await provider.Mount(request(parameters), timeout=10)
+    assert err.value.code() == grpc.StatusCode.PERMISSION_DENIED
+    details = err.value.details() or ""
+    assert "kvname" in details and "'theirs'" in details and "default/app" in details
+    assert POD_TOKEN not in details and "at-" not in details
