@@ -418,3 +418,16 @@ async def test_gcp_debug_logging_never_shows_tokens_or_values(
     dumped = " ".join(repr(r.__dict__) for r in caplog.records)
     for secret in ("s3cret-value", "pod-token-default-app", "ya29.fake", "PRIVATE KEY"):
         assert secret not in dumped
+
+
+async def test_gcp_rollout_logs_in_once_and_reuses_channels(stack: Stack) -> None:
+    """Twenty pods of one ServiceAccount starting together: one STS call, one channel each."""
+    name = stack.google.add_version(DB, "x", KSA)
+    regional = stack.google.add_version("projects/proj/locations/us-east1/secrets/r", "y", KSA)
+    plan = stack.plan(spc(name, regional))
+    pods = [stack.pod(uid=f"uid-{i}", name=f"app-{i}") for i in range(20)]
+    results = await asyncio.gather(*(read(stack, plan, pod) for pod in pods))
+    assert all(values(r[GcpRef(name)]).content == b"x" for r in results)
+    assert len(stack.google.sts_requests) == 1
+    assert len(stack.google.reads) == 40
+    assert len(stack.backend._secrets._clients) == 2  # one per endpoint, shared by all
