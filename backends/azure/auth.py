@@ -7,9 +7,10 @@ Three ways, chosen by the parameters (params.AuthMode):
 - VM managed identity: the node's identity, only for namespaces the operator allowed.
 
 The identity key names cloud, authority, vault, tenant, auth mode and client — plus the pod's
-scope, or a hash of the nodePublishSecretRef credentials — never a token. The SDK credential
-keeps its Entra access tokens until shortly before they expire; it is cached with the clients
-per identity key (store.py), and `Login` carries this Mount's pod token to it.
+scope, or a hash of the nodePublishSecretRef credentials — never a token. The SDK credential is
+cached with the clients per identity key (store.py); `CheckedCredential` keeps its Entra access
+tokens in `env.credentials` until shortly before they expire; `Login` carries this Mount's pod
+token to it through `AssertionSource`.
 """
 
 from __future__ import annotations

@@ -18,7 +18,7 @@ from typing import Any, TypeVar
 
 from backends.azure import certs
 from backends.azure.auth import AssertionSource, CheckedCredential, EntraUnavailable
-from backends.azure.params import AzureRef
+from backends.azure.objects import AzureRef
 from backends.base import FetchContext, Identity, SecretValue
 from provider.errors import (
     BridgeError,

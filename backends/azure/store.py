@@ -13,7 +13,8 @@ from typing import Any
 
 from backends.azure import auth
 from backends.azure.client import VaultReader, VaultSession
-from backends.azure.params import AzureRef, AzureStore
+from backends.azure.objects import AzureRef
+from backends.azure.params import AzureStore
 from backends.azure.transport import SharedSession
 from backends.base import BackendEnv, FetchContext, Fetched, Identity, Pod, StorePlan
 from provider.errors import BridgeError

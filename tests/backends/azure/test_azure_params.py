@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from backends.azure.params import KEYS, AzureRef, AzureStore, parse
+from backends.azure.objects import AzureRef
+from backends.azure.params import KEYS, AzureStore, parse
 from backends.base import ParseContext
 from provider.errors import InvalidParameters
 from tests.backends.azure.test_azure_fetch import objects
@@ -36,6 +37,9 @@ def error(objs: str = ONE, **params: str) -> str:
         ({"keyvaultName": "a" * 25}, "keyvaultName"),
         ({"tenantID": ""}, "tenantID is required"),
         ({"tenantId": "other"}, "tenantID and tenantId"),
+        ({"tenantID": "a/b"}, "tenantID 'a/b'"),
+        ({"clientID": "x|y"}, "clientID 'x|y'"),
+        ({"userAssignedIdentityID": "../mi"}, "userAssignedIdentityID '../mi'"),
         ({"cloudName": "AzureGermanCloud"}, "cloudName 'AzureGermanCloud'"),
         ({"cloudName": "AzureStackCloud"}, "needs cloudEnvFileName"),
         ({"usePodIdentity": "true"}, 'usePodIdentity "true" is not supported'),

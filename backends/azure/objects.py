@@ -1,0 +1,169 @@
+"""The objects of an Azure class: `objects` as the upstream `array:` of YAML strings.
+
+Each entry becomes an ObjectSpec whose `ref` is an AzureRef (what to read); `objectEncoding`
+becomes the core's `decode` transform, so the bytes are decoded once, after any extraction.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any, Literal
+
+from backends.base import ObjectSpec, ParseContext, Transforms
+from provider.parsing import (
+    TRANSFORM_KEYS,
+    Problems,
+    expect_list,
+    expect_str,
+    load_yaml,
+    parse_mode,
+    parse_transforms,
+)
+
+OBJECT_KEYS = (
+    frozenset(
+        {
+            "objectName",
+            "objectAlias",
+            "objectType",
+            "objectVersion",
+            "objectVersionHistory",
+            "objectFormat",
+            "objectEncoding",
+            "filePermission",
+        }
+    )
+    | TRANSFORM_KEYS
+)
+#: Upstream object keys of other provider versions that we do not implement: refused by name.
+UNSUPPORTED_OBJECT_KEYS = {
+    "objectNotAfter": "selecting a version by expiry is not supported; use objectVersion",
+}
+
+ObjectType = Literal["secret", "key", "cert"]
+# Object names in Key Vault: 1-127 letters, digits and hyphens; versions are 32 hex digits, but
+# we only refuse what cannot be a URL path segment, so a store-side rule change needs no release.
+_OBJECT_NAME = re.compile(r"^[-A-Za-z0-9]{1,127}$")
+_VERSION = re.compile(r"^[A-Za-z0-9]{1,64}$")
+MAX_VERSION_HISTORY = 100
+
+
+@dataclass(frozen=True)
+class AzureRef:
+    """One read: an object of a type, at a version (or the latest), possibly with history."""
+
+    object_type: ObjectType
+    name: str
+    version: str = ""
+    #: Versions to write (files `<alias>/0..N-1`); 0 means a single file.
+    history: int = 0
+    #: objectFormat pfx: a certificate's secret as the base64 PFX Key Vault stores.
+    pfx: bool = False
+
+
+def parse_objects(raw: str, ctx: ParseContext, problems: Problems) -> list[ObjectSpec]:
+    if not raw.strip():
+        problems.add("objects is required: a YAML map with `array:`, a list of object strings")
+        return []
+    doc = load_yaml(raw, "objects")
+    if not isinstance(doc, dict) or "array" not in doc:
+        problems.add("objects: expected a YAML map with an `array:` list of object strings")
+        return []
+    entries = expect_list(doc["array"], "objects.array", problems)
+    if not entries:
+        problems.add("objects.array is empty: list at least one object")
+    if len(entries) > ctx.max_objects:
+        problems.add(
+            f"objects.array has {len(entries)} entries, over the limit of {ctx.max_objects}"
+        )
+        return []
+    specs = []
+    for i, entry in enumerate(entries):
+        spec = _parse_object(entry, f"objects.array[{i}]", problems)
+        if spec is not None:
+            specs.append(spec)
+    return specs
+
+
+def _object_map(entry: Any, where: str, problems: Problems) -> Mapping[str, Any] | None:
+    # Upstream each entry is a YAML string holding a map; a map written inline is accepted too.
+    obj = load_yaml(entry, where) if isinstance(entry, str) else entry
+    if not isinstance(obj, dict):
+        problems.add(f"{where}: expected a YAML string holding a map of object keys")
+        return None
+    for key in sorted(set(obj) - OBJECT_KEYS):
+        if key in UNSUPPORTED_OBJECT_KEYS:
+            problems.add(f"{where}.{key} is not supported: {UNSUPPORTED_OBJECT_KEYS[key]}")
+        else:
+            problems.add(f"{where}.{key} is not a parameter of an Azure Key Vault object")
+    return obj
+
+
+def _parse_object(entry: Any, where: str, problems: Problems) -> ObjectSpec | None:
+    obj = _object_map(entry, where, problems)
+    if obj is None:
+        return None
+    name = expect_str(obj.get("objectName"), f"{where}.objectName", problems, required=True)
+    if name and not _OBJECT_NAME.match(name):
+        problems.add(f"{where}.objectName {name!r}: Key Vault names are letters, digits and '-'")
+    kind = expect_str(obj.get("objectType"), f"{where}.objectType", problems).strip().lower()
+    if kind not in ("secret", "key", "cert"):
+        problems.add(f"{where}.objectType: expected secret, key or cert, got {kind or 'nothing'!r}")
+        kind = "secret"
+    version = expect_str(obj.get("objectVersion"), f"{where}.objectVersion", problems).strip()
+    if version and not _VERSION.match(version):
+        problems.add(f"{where}.objectVersion {version!r} is not a Key Vault version id")
+    history = _history(obj.get("objectVersionHistory"), f"{where}.objectVersionHistory", problems)
+    pfx = _format(obj.get("objectFormat"), kind, where, problems)
+    decode = _encoding(obj.get("objectEncoding"), kind, where, problems)
+    alias = expect_str(obj.get("objectAlias"), f"{where}.objectAlias", problems).strip()
+    mode = parse_mode(obj.get("filePermission"), f"{where}.filePermission", problems)
+    transforms = parse_transforms(obj, where, problems, base=Transforms(decode=decode))
+    ref = AzureRef(kind, name, version, history, pfx)  # type: ignore[arg-type]
+    field = f"{where}.objectAlias" if alias else f"{where}.objectName"
+    return ObjectSpec(alias or name, ref, mode, transforms, field)
+
+
+def _history(value: Any, field: str, problems: Problems) -> int:
+    if value is None or value == "":
+        return 0
+    try:
+        count = int(str(value).strip())
+    except ValueError:
+        problems.add(f"{field}: expected a number of versions, got {value!r}")
+        return 0
+    if count < 0 or count > MAX_VERSION_HISTORY:
+        problems.add(f"{field}: expected 0..{MAX_VERSION_HISTORY} versions, got {count}")
+        return 0
+    # 0 and 1 both mean "one version, one file" upstream (no <alias>/0 directory).
+    return count if count > 1 else 0
+
+
+def _format(value: Any, kind: str, where: str, problems: Problems) -> bool:
+    fmt = expect_str(value, f"{where}.objectFormat", problems).strip().lower()
+    if fmt not in ("", "pem", "pfx"):
+        problems.add(f"{where}.objectFormat: expected pem or pfx, got {fmt!r}")
+        return False
+    if fmt == "pfx" and kind != "secret":
+        problems.add(
+            f"{where}.objectFormat pfx needs objectType secret (the certificate's private part "
+            f"is a secret in Key Vault), got objectType {kind}"
+        )
+    return fmt == "pfx"
+
+
+def _encoding(
+    value: Any, kind: str, where: str, problems: Problems
+) -> Literal["base64", "hex"] | None:
+    enc = expect_str(value, f"{where}.objectEncoding", problems).strip().lower()
+    if not enc:
+        return None
+    if enc not in ("utf-8", "hex", "base64"):
+        problems.add(f"{where}.objectEncoding: expected utf-8, hex or base64, got {enc!r}")
+        return None
+    if kind != "secret":
+        problems.add(f"{where}.objectEncoding is only supported for objectType secret, not {kind}")
+        return None
+    return None if enc == "utf-8" else enc  # type: ignore[return-value]
