@@ -76,7 +76,12 @@ def load_versioner(path: str | None) -> Versioner:
 def build_mounter(settings: ServeSettings, metrics: Metrics) -> tuple[Mounter, Backends]:
     core = settings.core
     backends = Backends(core=core, options=dict(settings.backend_options), metrics=metrics)
-    fetcher = Fetcher(cache_ttl=core.cache_ttl, metrics=metrics)
+    fetcher = Fetcher(
+        cache_ttl=core.cache_ttl,
+        metrics=metrics,
+        serve_stale_max_age=core.serve_stale_max_age,
+        max_concurrent_fetches=core.max_concurrent_fetches,
+    )
     mounter = Mounter(
         backend_for=backends.get,
         options_for=backends.options_for,

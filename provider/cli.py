@@ -48,6 +48,14 @@ def add_serve_flags(parser: argparse.ArgumentParser, *, with_socket: bool = True
     )
     _flag(
         g,
+        "--serve-stale-max-age",
+        0.0,
+        "seconds the last good value may be served while its store is unavailable (0 = off)",
+        type=float,
+    )
+    _flag(g, "--max-concurrent-fetches", 64, "store fetch calls in flight per backend", type=int)
+    _flag(
+        g,
         "--cache-scope",
         "serviceaccount",
         "identity key granularity",
@@ -93,6 +101,8 @@ def settings_from_args(args: argparse.Namespace) -> ServeSettings:
     core = CoreSettings(
         cache_ttl=float(args.cache_ttl),
         revalidate_max_age=float(args.revalidate_max_age),
+        serve_stale_max_age=float(args.serve_stale_max_age),
+        max_concurrent_fetches=int(args.max_concurrent_fetches),
         cache_scope=args.cache_scope,
         allow_node_identity_namespaces=namespaces,
         token_request_fallback=parse_bool(args.token_request_fallback),

@@ -3,11 +3,21 @@
 Two mounts of the same class by the same identity that arrive together share one store read,
 whether or not the value cache (`--cache-ttl`) is on. Only successful values are kept; errors are
 shared with the callers already waiting, never cached.
+
+Serve-stale (`--serve-stale-max-age`, off by default): when the store fails transiently (down,
+throttled past our retries), the last good value of the same identity and object is served if it
+is younger than the limit — logged and counted, so an outage of the store does not stop pods of
+a known identity from starting. It never applies to denials or missing objects, and never
+bypasses the identity check (`identify` runs before any fetch).
+
+Each backend has at most `--max-concurrent-fetches` fetch calls in flight, so a rollout of
+thousands of pods queues here instead of hammering (or being throttled by) the store.
 """
 
 from __future__ import annotations
 
 import asyncio
+import logging
 from collections.abc import Hashable, Mapping, Sequence
 
 from backends.base import Backend, FetchContext, Fetched, Identity, SecretValue, StorePlan
@@ -16,6 +26,7 @@ from provider.errors import BridgeError
 from provider.metrics import Metrics
 
 _Key = tuple[str, Hashable]
+log = logging.getLogger("secrets_bridge.fetching")
 
 
 def _size(values: Sequence[SecretValue]) -> int:
@@ -28,16 +39,27 @@ class Fetcher:
         *,
         cache_ttl: float,
         metrics: Metrics,
+        serve_stale_max_age: float = 0.0,
+        max_concurrent_fetches: int = 64,
         max_entries: int = 10_000,
         max_bytes: int = 64 * 1024 * 1024,
     ) -> None:
         self._ttl = cache_ttl
+        self._stale_age = serve_stale_max_age
         self._metrics = metrics
         self._count = metrics.cache_counter("values")
         self._cache: ExpiringCache[Sequence[SecretValue]] = ExpiringCache(
             max_entries=max_entries, max_bytes=max_bytes, size_of=_size, on_event=self._count
         )
+        self._last_good: ExpiringCache[Sequence[SecretValue]] = ExpiringCache(
+            max_entries=max_entries,
+            max_bytes=max_bytes,
+            size_of=_size,
+            on_event=metrics.cache_counter("stale"),
+        )
         self._inflight: dict[_Key, asyncio.Future[Fetched]] = {}
+        self._max_concurrent = max_concurrent_fetches
+        self._limits: dict[str, asyncio.Semaphore] = {}
 
     async def fetch(
         self,
@@ -78,13 +100,17 @@ class Fetcher:
         mine: Mapping[Hashable, asyncio.Future[Fetched]],
         ctx: FetchContext,
     ) -> None:
+        limit = self._limits.setdefault(plan.backend, asyncio.Semaphore(self._max_concurrent))
         try:
-            fetched = await backend.fetch(plan, identity, list(mine), ctx)
+            async with limit:
+                fetched = await backend.fetch(plan, identity, list(mine), ctx)
+        except BridgeError as exc:
+            if not exc.transient or not self._all_stale(identity, mine):
+                self._fail(mine, exc)
+                raise
+            fetched = {ref: exc for ref in mine}
         except BaseException as exc:
-            for future in mine.values():
-                if not future.done():
-                    future.set_exception(exc)
-                    future.exception()  # retrieved: the waiters re-raise it themselves
+            self._fail(mine, exc)
             raise
         finally:
             for ref in mine:
@@ -93,6 +119,44 @@ class Fetcher:
             result = fetched.get(ref)
             if result is None:
                 result = BridgeError(f"the {plan.backend} backend returned no value")
-            if not isinstance(result, BridgeError) and self._ttl > 0:
-                self._cache.put((identity.key, ref), result, self._ttl)
-            future.set_result(result)
+            future.set_result(self._keep_or_stale(plan, identity, ref, result))
+
+    def _keep_or_stale(
+        self, plan: StorePlan, identity: Identity, ref: Hashable, result: Fetched
+    ) -> Fetched:
+        key = (identity.key, ref)
+        if not isinstance(result, BridgeError):
+            if self._ttl > 0:
+                self._cache.put(key, result, self._ttl)
+            if self._stale_age > 0:
+                self._last_good.put(key, result, self._stale_age)
+            return result
+        if result.transient and self._stale_age > 0:
+            stale = self._last_good.get(key)
+            if stale is not None:
+                self._metrics.cache_events.labels("stale", "served").inc()
+                log.warning(
+                    "store unavailable; serving the last good value",
+                    extra={
+                        "fields": {
+                            "backend": plan.backend,
+                            "identity": identity.subject,
+                            "max_age_s": self._stale_age,
+                            "error": str(result),
+                        }
+                    },
+                )
+                return stale
+        return result
+
+    def _all_stale(self, identity: Identity, mine: Mapping[Hashable, object]) -> bool:
+        return self._stale_age > 0 and all(
+            self._last_good.get((identity.key, ref)) is not None for ref in mine
+        )
+
+    @staticmethod
+    def _fail(mine: Mapping[Hashable, asyncio.Future[Fetched]], exc: BaseException) -> None:
+        for future in mine.values():
+            if not future.done():
+                future.set_exception(exc)
+                future.exception()  # retrieved: the waiters re-raise it themselves

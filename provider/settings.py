@@ -27,6 +27,10 @@ class CoreSettings:
 
     #: Seconds a fetched secret value is reused for the same identity and object (0 = off).
     cache_ttl: float = 0.0
+    #: Seconds the last good value may be served while its store is unavailable (0 = off).
+    serve_stale_max_age: float = 0.0
+    #: Fetch calls in flight per backend; more wait their turn.
+    max_concurrent_fetches: int = 64
     #: Seconds an AWS value may be confirmed by DescribeSecret instead of re-read (0 = off).
     revalidate_max_age: float = 600.0
     #: "serviceaccount" or "pod": the granularity of the identity key of every cache.

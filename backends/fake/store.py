@@ -54,6 +54,9 @@ class FakeBackend:
         self.reads: dict[str, int] = {}
         #: Seconds each read takes (tests of coalescing and deadlines set it).
         self.latency: float = env.options.latency if env.options else 0.0
+        #: Fetch calls in flight now, and the most seen at once (tests of concurrency limits).
+        self.inflight = 0
+        self.peak_inflight = 0
 
     async def identify(self, plan: StorePlan, pod: Pod) -> Identity:
         store = plan.store
@@ -67,8 +70,13 @@ class FakeBackend:
     async def fetch(
         self, plan: StorePlan, identity: Identity, refs: Sequence[Hashable], ctx: FetchContext
     ) -> Mapping[Hashable, Fetched]:
-        if self.latency:
-            await asyncio.sleep(self.latency)
+        self.inflight += 1
+        self.peak_inflight = max(self.peak_inflight, self.inflight)
+        try:
+            if self.latency:
+                await asyncio.sleep(self.latency)
+        finally:
+            self.inflight -= 1
         data = self._load()
         results: dict[Hashable, Fetched] = {}
         for ref in refs:

@@ -78,3 +78,43 @@ async def test_mixed_failures_report_the_actionable_code(tmp_path: Path) -> None
     assert info.value.code == grpc.StatusCode.NOT_FOUND
     assert "'down'" in str(info.value) and "'gone'" in str(info.value)
     assert "fake, default/app" in str(info.value)
+
+
+async def test_serve_stale_covers_a_store_outage_only(tmp_path: Path) -> None:
+    import grpc
+
+    h = Harness(tmp_path, serve_stale_max_age=60)
+    h.write({"secrets": {"s": "good"}})
+    await h.mounter.mount(h.request(OBJECTS[:1]))
+    h.write({"secrets": {"s": "good"}, "failures": {"s": "unavailable"}})
+    result = await h.mounter.mount(h.request(OBJECTS[:1]))
+    assert result.files[0].contents == b"good"
+    assert h.metrics.cache_events.labels("stale", "served")._value.get() == 1
+    # Another identity has no last good value of its own: the outage is reported.
+    with pytest.raises(MountFailed) as info:
+        await h.mounter.mount(h.request(OBJECTS[:1], pod=make_pod(service_account="b")))
+    assert info.value.code == grpc.StatusCode.UNAVAILABLE
+    # A denial is never masked by an old value.
+    h.write({"secrets": {"s": "good"}, "failures": {"s": "denied"}})
+    with pytest.raises(MountFailed) as info:
+        await h.mounter.mount(h.request(OBJECTS[:1]))
+    assert info.value.code == grpc.StatusCode.PERMISSION_DENIED
+
+
+async def test_serve_stale_is_off_by_default(tmp_path: Path) -> None:
+    h = Harness(tmp_path)
+    h.write({"secrets": {"s": "good"}})
+    await h.mounter.mount(h.request(OBJECTS[:1]))
+    h.write({"secrets": {"s": "good"}, "failures": {"s": "unavailable"}})
+    with pytest.raises(MountFailed, match="unavailable"):
+        await h.mounter.mount(h.request(OBJECTS[:1]))
+
+
+async def test_fetches_per_backend_are_bounded(tmp_path: Path) -> None:
+    h = Harness(tmp_path, max_concurrent_fetches=3)
+    h.write({"secrets": {"s": "v"}})
+    h.fake.latency = 0.05
+    pods = [make_pod(service_account=f"sa{i}") for i in range(12)]
+    await asyncio.gather(*(h.mounter.mount(h.request(OBJECTS[:1], pod=p)) for p in pods))
+    assert h.fake.reads == {"s": 12}
+    assert h.fake.peak_inflight == 3
