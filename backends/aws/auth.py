@@ -90,10 +90,19 @@ class Authenticator:
 
     async def _annotated_role(self, pod: Pod) -> str:
         async def load() -> tuple[str, float]:
-            annotations = await self._env.kube.service_account_annotations(
-                pod.namespace, pod.service_account
-            )
-            return annotations.get(ROLE_ANNOTATION, "").strip(), ANNOTATION_TTL
+            try:
+                annotations = await self._env.kube.service_account_annotations(
+                    pod.namespace, pod.service_account
+                )
+            except BridgeError:
+                raise
+            except Exception as exc:  # e.g. no in-cluster or kubeconfig configuration
+                raise StoreUnavailable(
+                    f"cannot read the {ROLE_ANNOTATION} annotation of ServiceAccount "
+                    f"{pod.subject} ({type(exc).__name__}); give the provider Kubernetes API "
+                    "access, or set the roleArn parameter"
+                ) from None
+            return str(annotations.get(ROLE_ANNOTATION, "")).strip(), ANNOTATION_TTL
 
         return await self._annotations.get_or_load((pod.namespace, pod.service_account), load)
 

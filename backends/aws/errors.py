@@ -130,7 +130,7 @@ def _client_error(response: Any, what: str, hint: str) -> BridgeError:
     if code in DENIED:
         return AwsDenied(f"{what}: denied ({detail}){hint}", code)
     if code in MISSING:
-        return NotFound(f"{what}: not found ({detail})")
+        return NotFound(f"{what}: not found ({detail}); check objectName, objectType and region")
     if code in TRANSIENT or status == 429 or status >= 500:
         retry_after = _retry_after(meta.get("HTTPHeaders") or {})
         return StoreUnavailable(f"{what}: AWS unavailable ({detail})", retry_after=retry_after)

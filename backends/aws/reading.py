@@ -217,7 +217,10 @@ class Reader:
         for ref in selectors.values():
             if ref not in results:
                 what = self._what("SSM parameter", ref.target(index), index)
-                results[ref] = NotFound(f"{what}: not found")
+                results[ref] = NotFound(
+                    f"{what}: not found; check objectName, objectType, the version or label "
+                    "and the region"
+                )
         return results
 
 

@@ -21,6 +21,7 @@ the test's event loop, which a synchronous call would block.
 
 from __future__ import annotations
 
+import asyncio
 import collections
 import contextlib
 import json
@@ -140,6 +141,11 @@ class CountingProxy:
         self.inject: dict[str, list[tuple[int, str]]] = collections.defaultdict(list)
         #: The access key id that signed each request ("" when unsigned).
         self.access_keys: list[str] = []
+        #: Seconds each forwarded request is held (makes concurrency observable).
+        self.delay = 0.0
+        #: Most requests in flight at once.
+        self.max_inflight = 0
+        self._inflight = 0
         self.url = ""
         self._runner: web.AppRunner | None = None
         self._http: ClientSession | None = None
@@ -178,6 +184,16 @@ class CountingProxy:
         if op in self.deny_operations or any(word in text for word in self.deny):
             code = "AccessDenied" if query else "AccessDeniedException"
             return _aws_error(400 if not query else 403, code, "the test denies this", query)
+        self._inflight += 1
+        self.max_inflight = max(self.max_inflight, self._inflight)
+        try:
+            if self.delay:
+                await asyncio.sleep(self.delay)
+            return await self._forward(request, body)
+        finally:
+            self._inflight -= 1
+
+    async def _forward(self, request: web.Request, body: bytes) -> web.Response:
         assert self._http is not None
         headers = {k: v for k, v in request.headers.items() if k.lower() != "host"}
         async with self._http.request(
