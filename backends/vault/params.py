@@ -8,7 +8,7 @@
       audience: vault                     # default "openbao" when an OpenBao spelling is used
       objects: |
         - objectName: db-password
-          secretPath: secret/data/db?version=2
+          secretPath: secret/data/db?version=2   # a leading v1/ or /v1/ is accepted
           secretKey: password
           method: GET                     # PUT/POST for dynamic secrets, with secretArgs
           secretArgs: {ttl: 1h}
@@ -134,19 +134,25 @@ def parse(params: Mapping[str, str], ctx: ParseContext) -> StorePlan:
     address = values["address"] or _default_address(ctx, problems)
     if address and not address.startswith(("http://", "https://")):
         problems.add(f"vaultAddress: expected an http:// or https:// URL, got {address!r}")
+    # Connection settings: the class's value, else the provider's flag (as upstream overlays
+    # its flags with the class). Under `check` there are no flags.
+    options = ctx.options
+    default_skip = bool(getattr(options, "skip_verify", False))
     store = VaultStore(
         address=address.rstrip("/"),
-        namespace=values["namespace"].strip("/"),
+        namespace=_or_option(values, options, "namespace", "namespace").strip("/"),
         role=role,
         mount=values["mount"].strip("/") or DEFAULT_MOUNT,
         audience=values["audience"] or ("openbao" if openbao else "vault"),
         tls=TLSConfig(
-            ca_cert=values["ca_cert"],
-            ca_dir=values["ca_dir"],
-            server_name=values["server_name"],
-            client_cert=values["client_cert"],
-            client_key=values["client_key"],
-            skip_verify=_go_bool(values["skip_verify"], "vaultSkipTLSVerify", problems),
+            ca_cert=_or_option(values, options, "ca_cert", "ca_cert"),
+            ca_dir=_or_option(values, options, "ca_dir", "ca_dir"),
+            server_name=_or_option(values, options, "server_name", "tls_server_name"),
+            client_cert=_or_option(values, options, "client_cert", "client_cert"),
+            client_key=_or_option(values, options, "client_key", "client_key"),
+            skip_verify=_go_bool(
+                values["skip_verify"], "vaultSkipTLSVerify", problems, default_skip
+            ),
         ),
     )
     if bool(store.tls.client_cert) != bool(store.tls.client_key):
@@ -181,8 +187,14 @@ def _default_address(ctx: ParseContext, problems: Problems) -> str:
     return str(addr)
 
 
-def _go_bool(value: str, field: str, problems: Problems) -> bool:
-    if value == "" or value in _GO_FALSE:
+def _or_option(values: Mapping[str, str], options: Any, name: str, option: str) -> str:
+    return values[name] or str(getattr(options, option, None) or "")
+
+
+def _go_bool(value: str, field: str, problems: Problems, default: bool = False) -> bool:
+    if value == "":
+        return default
+    if value in _GO_FALSE:
         return False
     if value in _GO_TRUE:
         return True
@@ -247,7 +259,9 @@ def _parse_ref(obj: Mapping[str, Any], where: str, problems: Problems) -> VaultR
     if not raw_path:
         return None
     parsed = urllib.parse.urlsplit(raw_path.strip())
-    path = parsed.path.strip("/")
+    path = parsed.path.lstrip("/")
+    # Upstream accepts the API prefix too: "v1/secret/x" and "/v1/secret/x" mean "secret/x".
+    path = path.removeprefix("v1/").strip("/")
     if not path or parsed.scheme or parsed.netloc or ".." in path.split("/"):
         problems.add(
             f"{where}.secretPath: expected an API path without /v1/, such as "

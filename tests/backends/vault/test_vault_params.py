@@ -239,3 +239,40 @@ def test_too_many_objects_is_refused() -> None:
     objects = "\n".join(f"- {{objectName: o{i}, secretPath: a/{i}}}" for i in range(4))
     with pytest.raises(InvalidParameters, match="over the limit of 3"):
         parse({"roleName": "a", "objects": objects}, ParseContext(Options(addr="http://a"), 3))
+
+
+@pytest.mark.parametrize(
+    "path", ["secret/data/db", "/secret/data/db", "v1/secret/data/db", "/v1/secret/data/db"]
+)
+def test_secret_path_accepts_the_api_prefix_like_upstream(path: str) -> None:
+    plan = parse({"roleName": "a", "objects": f"- {{objectName: a, secretPath: '{path}'}}"}, ONLINE)
+    assert plan.objects[0].ref == VaultRef("secret/data/db")
+
+
+def test_provider_flags_are_defaults_the_class_overrides() -> None:
+    options = Options(
+        addr="https://flag:8200",
+        namespace="flag-ns",
+        ca_cert="/flag/ca.pem",
+        tls_server_name="flag.example",
+        skip_verify=True,
+    )
+    ctx = ParseContext(options=options)
+    store = store_of({"roleName": "a"}, ctx)
+    assert (store.address, store.namespace) == ("https://flag:8200", "flag-ns")
+    assert (store.tls.ca_cert, store.tls.server_name, store.tls.skip_verify) == (
+        "/flag/ca.pem",
+        "flag.example",
+        True,
+    )
+    overridden = store_of(
+        {
+            "roleName": "a",
+            "vaultNamespace": "class-ns",
+            "vaultCACertPath": "/class/ca.pem",
+            "vaultSkipTLSVerify": "false",
+        },
+        ctx,
+    )
+    assert (overridden.namespace, overridden.tls.ca_cert) == ("class-ns", "/class/ca.pem")
+    assert overridden.tls.skip_verify is False
