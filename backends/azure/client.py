@@ -14,6 +14,7 @@ from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import asynccontextmanager
 from dataclasses import dataclass, replace
 from datetime import UTC, datetime
+from functools import partial
 from typing import Any, TypeVar
 
 from backends.azure import certs
@@ -75,7 +76,7 @@ class VaultReader:
         versions = await self._call(ref, "list_versions", lambda: self._versions(ref))
         values = []
         for i, version in enumerate(versions):
-            value = await self._call(ref, "get", lambda v=version: self._one(ref, v))  # type: ignore[misc]
+            value = await self._call(ref, "get", partial(self._one, ref, version))
             values.append(
                 replace(value, suffix=str(i), version_id=f"{ref.object_type}/{ref.name}/{i}")
             )

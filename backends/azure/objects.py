@@ -43,6 +43,7 @@ UNSUPPORTED_OBJECT_KEYS = {
 }
 
 ObjectType = Literal["secret", "key", "cert"]
+
 # Object names in Key Vault: 1-127 letters, digits and hyphens; versions are 32 hex digits, but
 # we only refuse what cannot be a URL path segment, so a store-side rule change needs no release.
 _OBJECT_NAME = re.compile(r"^[-A-Za-z0-9]{1,127}$")
