@@ -6,6 +6,7 @@ import asyncio
 import json
 import logging
 from collections.abc import Hashable, Mapping
+from pathlib import Path
 
 import grpc
 import pytest
@@ -324,15 +325,29 @@ async def test_gcp_sts_refusal_names_audience_and_fix(stack: Stack) -> None:
     assert "a-token-sts-does-not-know" not in text
 
 
-async def test_gcp_provider_adc_is_node_identity(stack: Stack) -> None:
-    plan = stack.plan({"auth": "provider-adc", **spc(f"{DB}/versions/1")})
+async def test_gcp_provider_adc_is_node_identity(
+    stack: Stack, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    node = "node@proj.iam.gserviceaccount.com"
+    name = stack.google.add_version(DB, "node-value", f"gsa:{node}")
+    plan = stack.plan({"auth": "provider-adc", **spc(name)})
     with pytest.raises(PermissionDenied) as err:
         await stack.backend.identify(plan, stack.pod())
     assert "--allow-node-identity-namespaces" in str(err.value)
+    assert stack.google.oauth_requests == []
+    # The provider's own Application Default Credentials: here a key file whose token_uri is
+    # the fake Google, found through GOOGLE_APPLICATION_CREDENTIALS as on a real node.
+    adc = tmp_path / "adc.json"
+    adc.write_text(service_account_key(f"{stack.http}/oauth2/token", node))
+    monkeypatch.setenv("GOOGLE_APPLICATION_CREDENTIALS", str(adc))
     allowed = stack.rebuild(core={"allow_node_identity_namespaces": frozenset({"default"})})
-    identity = await allowed.identify(plan, stack.pod())
-    assert identity.key.startswith("gcp|provider-adc|default/app")
-    await allowed.close()
+    pod = make_pod()  # no pod token is needed for node identity
+    identity = await allowed.identify(plan, pod)
+    assert identity.key == "gcp|provider-adc|default/app"
+    got = await allowed.fetch(plan, identity, [GcpRef(name)], fetch_ctx())
+    assert values(got[GcpRef(name)]).content == b"node-value"
+    assert len(stack.google.oauth_requests) == 1
+    assert stack.google.sts_requests == []
 
 
 def service_account_key(token_uri: str, email: str) -> str:
