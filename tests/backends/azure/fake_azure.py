@@ -82,6 +82,8 @@ class FakeAzure:
         self.throttle_status = 429
         #: Objects answered 200 with a body that is not JSON (a broken proxy).
         self.garbage: set[tuple[str, str, str]] = set()
+        #: Lifetime of issued access tokens, seconds.
+        self.expires_in = 3599
         #: When set, the token endpoint answers this status (an Entra outage).
         self.entra_status: int | None = None
         #: The resource the 401 challenge names (a wrong one must be refused by the SDK).
@@ -144,8 +146,8 @@ class FakeAzure:
         return web.json_response(
             {
                 "token_type": "Bearer",
-                "expires_in": 3599,
-                "ext_expires_in": 3599,
+                "expires_in": self.expires_in,
+                "ext_expires_in": self.expires_in,
                 "access_token": token,
             }
         )

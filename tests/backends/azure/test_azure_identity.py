@@ -173,3 +173,24 @@ async def test_azure_concurrent_mounts_of_one_identity_log_in_once(
     assert all(not isinstance(r[p.objects[0].ref], BridgeError) for r in results)
     assert len(azure.fake.calls.tokens) == 1
     assert len(azure.fake.calls.vault) == 20
+
+
+async def test_azure_relogin_uses_the_newest_pod_token(azure: Azure, backend: AzureBackend) -> None:
+    """The cached credential logs in again with the token of the Mount at hand, not the first."""
+    vault = azure.fake.vault("kv1", TENANT)
+    vault.access[CLIENT] = "*"
+    vault.add("secret", "s", {"value": "x"})
+    # Access tokens that expire within the test: the next Mount must log in again.
+    azure.fake.expires_in = 1
+    azure.fake.federated[(TENANT, CLIENT)] = {"first-token", "second-token"}
+    p = plan(OBJ)
+    await fetch(backend, p, pod_token="first-token")
+    # The first token has expired by now (kubelet tokens are short-lived): Entra refuses it.
+    azure.fake.federated[(TENANT, CLIENT)] = {"second-token"}
+    await asyncio.sleep(1.2)
+    result = await fetch(backend, p, pod_token="second-token")
+    assert not isinstance(result[p.objects[0].ref], BridgeError)
+    assert [t["client_assertion"] for t in azure.fake.calls.tokens] == [
+        "first-token",
+        "second-token",
+    ]
