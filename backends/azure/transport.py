@@ -39,7 +39,7 @@ class _ConnectTo(AbstractResolver):
 
 class SharedSession:
     def __init__(self, options: Options | None) -> None:
-        """Checks the options now, so a bad flag stops start-up instead of failing Mounts."""
+        """Checks the options when the backend is built, naming the flag (ValueError)."""
         options = options or Options()
         try:
             self._ssl = ssl.create_default_context(cafile=options.ca_file or None)
