@@ -59,19 +59,21 @@ def rpc_error(code: grpc.StatusCode | None, text: str, name: str, subject: str) 
         )
     if code == grpc.StatusCode.NOT_FOUND:
         return NotFound(
-            f"secret version {name} was not found {detail}; check the project, secret and "
-            "version in resourceName"
+            f"secret version {name} was not found reading as {subject} {detail}; check the "
+            "project, secret and version in resourceName"
         )
     if code == grpc.StatusCode.FAILED_PRECONDITION:
         return NotFound(
-            f"secret version {name} cannot be read {detail}; it is probably disabled or "
-            "destroyed: enable it or name another version"
+            f"secret version {name} cannot be read as {subject} {detail}; it is probably "
+            "disabled or destroyed: enable it or name another version"
         )
     if code == grpc.StatusCode.INVALID_ARGUMENT:
-        return InvalidParameters(f"Secret Manager refused the name {name} {detail}")
+        return InvalidParameters(f"Secret Manager refused the name {name} (as {subject}) {detail}")
     if code in _TRANSIENT:
-        return StoreUnavailable(f"Secret Manager is unavailable reading {name} {detail}")
-    return StoreUnavailable(f"Secret Manager failed reading {name} {detail}")
+        return StoreUnavailable(
+            f"Secret Manager is unavailable reading {name} as {subject} {detail}"
+        )
+    return StoreUnavailable(f"Secret Manager failed reading {name} as {subject} {detail}")
 
 
 def http_error(status: int, body: str, what: str, fix: str, retry_after: str | None) -> BridgeError:
@@ -79,8 +81,6 @@ def http_error(status: int, body: str, what: str, fix: str, retry_after: str | N
     detail = f"(HTTP {status}: {scrub(body)})"
     if status == 429 or status >= 500:
         return StoreUnavailable(f"{what} failed {detail}", retry_after=_seconds(retry_after))
-    if status == 404 and "generateAccessToken" in what:
-        return PermissionDenied(f"{what} failed {detail}; {fix}")
     if status in (400, 401, 403, 404):
         return PermissionDenied(f"{what} was refused {detail}; {fix}")
     return StoreUnavailable(f"{what} failed {detail}")

@@ -281,7 +281,7 @@ async def test_gcp_status_codes_map_to_our_errors(
     got = await stack.backend.fetch(plan, identity, [GcpRef(name)], fetch_ctx(0.9))
     err = got[GcpRef(name)]
     assert type(err) is kind, err
-    assert name in str(err) and code.name in str(err)
+    assert name in str(err) and code.name in str(err) and "default/app" in str(err)
 
 
 async def test_gcp_no_sdk_exception_escapes(stack: Stack) -> None:
