@@ -157,7 +157,7 @@ async def test_azure_clouds_and_overrides(tmp_path: Path) -> None:
         (Options(ca_file="/nonexistent/ca.pem"), "--azure-ca-file /nonexistent/ca.pem"),
     ],
 )
-def test_azure_bad_options_stop_start_up(options: Options, expected: str) -> None:
+def test_azure_bad_options_are_refused_naming_the_flag(options: Options, expected: str) -> None:
     with pytest.raises(ValueError, match=expected):
         create(make_env("azure", options))
 
