@@ -22,7 +22,7 @@ from typing import Any, Literal
 from backends.aws.clients import ClientPool, Credentials
 from backends.aws.errors import translated
 from backends.aws.options import POD_IDENTITY_IPV4, POD_IDENTITY_IPV6, Options
-from backends.aws.params import AwsStore
+from backends.aws.refs import AwsStore
 from backends.base import BackendEnv, FetchContext, Identity, Pod, identity_key
 from provider.caching import ExpiringCache
 from provider.errors import BridgeError, PermissionDenied, StoreUnavailable, scrub

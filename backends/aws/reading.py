@@ -16,8 +16,8 @@ from typing import Any, TypeVar
 
 from backends.aws.auth import Login
 from backends.aws.clients import ClientPool, Credentials
-from backends.aws.errors import AwsDenied, translated
-from backends.aws.params import AwsRef, AwsStore, Target
+from backends.aws.errors import STALE_CREDENTIALS, AwsDenied, translated
+from backends.aws.refs import AwsRef, AwsStore, Target
 from backends.base import BackendEnv, FetchContext, Fetched, Identity, SecretValue
 from provider.errors import BridgeError, DeadlineExceeded, NotFound, StoreUnavailable
 from provider.retrying import retry_transient
@@ -74,7 +74,10 @@ class Reader:
                     f"{primary}; failover region {self._store.failover_region}: {exc}"
                 ) from None
 
-        return await retry_transient(attempt, self._ctx)
+        return await retry_transient(attempt, self._ctx, on_retry=self._count_retry)
+
+    def _count_retry(self, exc: BaseException) -> None:
+        self._shared.env.metrics.retries.labels("aws", type(exc).__name__).inc()
 
     async def call(
         self, service: str, region: str, operation: str, what: str, hint: str, **kwargs: Any
@@ -178,8 +181,8 @@ class Reader:
                 Names=list(selectors),
                 WithDecryption=True,
             )
-        except AwsDenied:
-            if len(refs) == 1:
+        except AwsDenied as exc:
+            if len(refs) == 1 or exc.aws_code in STALE_CREDENTIALS:
                 raise
             # AWS refuses the whole batch for one forbidden name: ask one by one to say which.
             parts = await asyncio.gather(*(self._parameter_single(ref, index) for ref in refs))

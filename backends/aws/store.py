@@ -16,8 +16,8 @@ from backends.aws.auth import Authenticator
 from backends.aws.clients import ClientPool, Credentials
 from backends.aws.errors import STALE_CREDENTIALS, AwsDenied
 from backends.aws.options import Options
-from backends.aws.params import AwsRef, AwsStore
 from backends.aws.reading import Reader, Shared, pack
+from backends.aws.refs import AwsRef, AwsStore
 from backends.base import (
     BackendEnv,
     FetchContext,
@@ -61,6 +61,9 @@ class AwsBackend:
         store = plan.store
         assert isinstance(store, AwsStore)
         aws_refs = [ref for ref in refs if isinstance(ref, AwsRef)]
+        assert len(aws_refs) == len(refs), "the aws backend was handed another backend's refs"
+        if not aws_refs:
+            return {}
         creds = await self._auth.credentials(store, identity, ctx)
         results = await self._read(store, identity, creds, aws_refs, ctx)
         stale = [ref for ref in aws_refs if _expired(results[ref])]

@@ -11,7 +11,7 @@ import pytest
 from backends.aws import params
 from backends.aws.options import Options
 from backends.aws.store import AwsBackend, create
-from backends.base import Fetched, Identity, ParseContext, Pod, StorePlan
+from backends.base import BackendEnv, Fetched, Identity, ParseContext, Pod, StorePlan
 from tests.backends.aws.moto import CountingProxy, MotoServer, moto_server
 from tests.helpers import fetch_ctx, make_env, make_pod
 
@@ -104,20 +104,23 @@ MakeHarness = Callable[..., Harness]
 
 @pytest.fixture
 async def make_harness() -> AsyncIterator[MakeHarness]:
-    created: list[AwsBackend] = []
+    """make(endpoints, **settings): settings are Options fields or CoreSettings fields."""
+    created: list[tuple[AwsBackend, BackendEnv]] = []
 
     def make(endpoints: str = "", **settings: Any) -> Harness:
         option_names = set(Options.__dataclass_fields__)
         opts = {k: v for k, v in settings.items() if k in option_names}
         core = {k: v for k, v in settings.items() if k not in option_names}
         options = Options(region=REGION, endpoints=endpoints or None, **opts)
-        backend = create(make_env("aws", options, **core))
-        created.append(backend)
+        env = make_env("aws", options, **core)
+        backend = create(env)
+        created.append((backend, env))
         return Harness(backend, options)
 
     yield make
-    for backend in created:
+    for backend, env in created:
         await backend.close()
+        await env.kube.close()
 
 
 @pytest.fixture

@@ -7,7 +7,9 @@ from collections.abc import AsyncIterator
 import pytest
 
 from backends.aws.options import Options
+from backends.aws.params import parse
 from backends.aws.store import create
+from backends.base import ParseContext
 from provider.errors import MissingCredential, PermissionDenied
 from tests.backends.aws.conftest import POD_TOKEN, REGION, ROLE, MakeHarness, irsa_pod
 from tests.backends.aws.moto import CountingProxy, MotoServer
@@ -87,8 +89,6 @@ async def test_aws_role_from_service_account_annotation(
     assert f"irsa:{ANNOTATED}" in mounted.identity.key
     await h.mount({"objects": OBJECTS})
     assert kube.calls["default/app"] == 1  # a rollout reads the annotation once
-    await h.backend.close()
-    await h.backend._env.kube.close()
 
 
 async def test_aws_node_identity_only_for_allowed_namespaces(
@@ -116,7 +116,6 @@ async def test_aws_node_identity_only_for_allowed_namespaces(
     assert mounted.content("s") == b"value"
     assert mounted.identity.key.endswith("|node|ops/plain")
     assert proxy.access_keys == ["AKIANODEIDENTITY0001"]
-    await h.backend._env.kube.close()
 
 
 async def test_aws_pod_identity_agent(
@@ -167,20 +166,17 @@ async def test_aws_expired_credentials_log_in_again_once(
     assert proxy.counts["GetSecretValue"] == 2
 
 
-async def test_aws_options_default_when_env_has_none(moto: MotoServer) -> None:
+async def test_aws_backend_without_options_uses_defaults() -> None:
+    # The composition root may pass no Options (no aws flags given): defaults apply.
     backend = create(make_env("aws", None))
     try:
-        plan_options = Options()
-        assert plan_options.max_concurrency > 0
+        plan = parse(
+            {"region": REGION, "roleArn": ROLE, "objects": OBJECTS},
+            ParseContext(options=Options()),
+        )
         with pytest.raises(MissingCredential):
-            from backends.aws.params import parse
-            from backends.base import ParseContext
-
-            plan = parse(
-                {"region": REGION, "roleArn": ROLE, "objects": OBJECTS},
-                ParseContext(options=plan_options),
-            )
-            identity = await backend.identify(plan, make_pod())
-            await backend.fetch(plan, identity, [], fetch_ctx())
+            await backend.identify(plan, make_pod())
+        identity = await backend.identify(plan, irsa_pod())
+        assert await backend.fetch(plan, identity, [], fetch_ctx()) == {}
     finally:
         await backend.close()
