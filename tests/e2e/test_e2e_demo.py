@@ -24,6 +24,10 @@ def test_demo_walks_mount_rotation_and_removal() -> None:
     assert "db-password -> ..data/db-password  (mode 400)" in out
     assert "correct-horse-1" in out and "correct-horse-2" in out
     assert "(changed)" in out
+    # Store calls, from OpenBao's own audit log: one login, one read per mount.
+    final_counts = out.split("no second login):")[1].split("──")[0]
+    assert "2 x read secret/data/db-password" in final_counts
+    assert "1 x update auth/jwt/login" in final_counts
     assert "target exists: False" in out
     # The pod's token is never printed.
     assert "eyJ" not in out and "eyJ" not in result.stderr
