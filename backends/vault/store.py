@@ -26,7 +26,8 @@ from backends.base import (
 )
 from backends.vault.auth import Authenticator, VaultToken
 from backends.vault.client import Reply, VaultHTTP, status_error
-from backends.vault.params import VaultRef, VaultStore
+from backends.vault.objects import VaultRef
+from backends.vault.params import VaultStore
 from provider.errors import BridgeError, NotFound, StoreUnavailable
 from provider.identity import pod_scope, pod_token
 from provider.retrying import retry_transient

@@ -17,7 +17,8 @@ from backends.base import ParseContext, StorePlan
 from backends.vault.options import Options
 from backends.vault.params import parse
 from backends.vault.store import VaultBackend, create
-from tests.backends.vault.openbao import OpenBao, SigningKey, TokenReviewStub
+from tests.backends.vault.kubestubs import SigningKey, TokenReviewStub
+from tests.backends.vault.openbao import OpenBao
 from tests.helpers import make_env
 
 APP_POLICY = """

@@ -15,20 +15,18 @@ Reusable by any test (backend, end-to-end, benchmarks):
 
 Admin calls go through hvac with the root token (hvac is synchronous; tests call it directly).
 Every admin method takes `vault_namespace` for OpenBao namespaces ("" = the root namespace).
-`TokenReviewStub` stands in for the Kubernetes API of the kubernetes auth method.
+Service-account tokens and the Kubernetes API stand-ins are in `kubestubs.py`.
 """
 
 from __future__ import annotations
 
 import contextlib
 import datetime
-import http.server
 import ipaddress
 import json
 import os
 import socket
 import subprocess
-import threading
 import time
 import urllib.request
 from collections import Counter
@@ -38,7 +36,6 @@ from pathlib import Path
 from typing import Any
 
 import hvac
-import jwt
 from cryptography import x509
 from cryptography.hazmat.primitives import hashes, serialization
 from cryptography.hazmat.primitives.asymmetric import rsa
@@ -84,64 +81,6 @@ def self_signed_cert(common_name: str, *, ip: str | None = None) -> tuple[str, s
         serialization.NoEncryption(),
     ).decode()
     return cert.public_bytes(serialization.Encoding.PEM).decode(), key_pem
-
-
-@dataclass
-class SigningKey:
-    """An RSA key standing in for the cluster's service-account token signer."""
-
-    private: rsa.RSAPrivateKey
-    issuer: str = "https://kubernetes.default.svc.cluster.local"
-
-    @classmethod
-    def generate(cls) -> SigningKey:
-        return cls(rsa.generate_private_key(public_exponent=65537, key_size=2048))
-
-    @property
-    def public_pem(self) -> str:
-        return (
-            self.private.public_key()
-            .public_bytes(
-                serialization.Encoding.PEM, serialization.PublicFormat.SubjectPublicKeyInfo
-            )
-            .decode()
-        )
-
-    def pod_token(
-        self,
-        namespace: str,
-        service_account: str,
-        audience: str = "vault",
-        *,
-        lifetime: int = 600,
-        pod: str = "app-0",
-    ) -> str:
-        """A projected service-account token as the kubelet would mint it."""
-        now = int(time.time())
-        claims = {
-            "iss": self.issuer,
-            "sub": f"system:serviceaccount:{namespace}:{service_account}",
-            "aud": [audience],
-            "iat": now,
-            "nbf": now,
-            "exp": now + lifetime,
-            "kubernetes.io": {
-                "namespace": namespace,
-                "serviceaccount": {"name": service_account, "uid": f"uid-{service_account}"},
-                "pod": {"name": pod, "uid": f"uid-{pod}"},
-            },
-        }
-        return jwt.encode(claims, self.private, algorithm="RS256")
-
-    def verify(self, token: str) -> dict[str, Any]:
-        """Claims of a token this key signed (raises jwt.InvalidTokenError otherwise)."""
-        claims: dict[str, Any] = jwt.decode(
-            token,
-            self.private.public_key(),
-            algorithms=["RS256"],
-            options={"verify_aud": False},
-        )
-        return claims
 
 
 @dataclass
@@ -402,70 +341,3 @@ def _tls_listeners(workdir: Path) -> tuple[str, dict[str, Any]]:
         "client_cert_file": workdir / "client.pem",
         "client_key_file": workdir / "client-key.pem",
     }
-
-
-class TokenReviewStub:
-    """A Kubernetes API stand-in answering TokenReview for tokens signed by `key` (on 127.0.0.1).
-
-    OpenBao's kubernetes auth method posts each login token to
-    /apis/authentication.k8s.io/v1/tokenreviews; this answers as the API server would.
-    `reviews` counts the reviews it served.
-    """
-
-    def __init__(self, key: SigningKey) -> None:
-        self.key = key
-        self.reviews = 0
-        stub = self
-
-        class Handler(http.server.BaseHTTPRequestHandler):
-            def do_POST(self) -> None:
-                length = int(self.headers.get("Content-Length") or 0)
-                review = json.loads(self.rfile.read(length) or b"{}")
-                stub.reviews += 1
-                body = json.dumps(stub.review(review)).encode()
-                self.send_response(201)
-                self.send_header("Content-Type", "application/json")
-                self.send_header("Content-Length", str(len(body)))
-                self.end_headers()
-                self.wfile.write(body)
-
-            def log_message(self, *args: Any) -> None:
-                return None
-
-        self.server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-        self.url = f"http://127.0.0.1:{self.server.server_address[1]}"
-        self.thread = threading.Thread(target=self.server.serve_forever, daemon=True)
-        self.thread.start()
-
-    def review(self, request: dict[str, Any]) -> dict[str, Any]:
-        spec = request.get("spec") or {}
-        result: dict[str, Any] = {
-            "apiVersion": "authentication.k8s.io/v1",
-            "kind": "TokenReview",
-            "spec": spec,
-        }
-        try:
-            claims = self.key.verify(spec.get("token", ""))
-        except jwt.InvalidTokenError as exc:
-            result["status"] = {"authenticated": False, "error": f"invalid token: {exc}"}
-            return result
-        wanted = spec.get("audiences") or []
-        audiences = claims.get("aud") or []
-        if wanted and not set(wanted) & set(audiences):
-            result["status"] = {"authenticated": False, "error": "token audiences are invalid"}
-            return result
-        sa = claims["kubernetes.io"]["serviceaccount"]
-        result["status"] = {
-            "authenticated": True,
-            "user": {
-                "username": claims["sub"],
-                "uid": sa["uid"],
-                "groups": ["system:serviceaccounts"],
-            },
-            "audiences": audiences,
-        }
-        return result
-
-    def stop(self) -> None:
-        self.server.shutdown()
-        self.server.server_close()

@@ -5,62 +5,17 @@ from __future__ import annotations
 
 import argparse
 from collections.abc import AsyncIterator
-from typing import Any
 
 import pytest
-from aiohttp import web
 
 from backends.vault.options import Options
 from backends.vault.store import create
 from provider.errors import MissingCredential
 from provider.settings import add_options_flags, options_from_args
 from tests.backends.vault.conftest import plan_for
-from tests.backends.vault.openbao import OpenBao, SigningKey
+from tests.backends.vault.kubestubs import SigningKey, TokenRequestStub
+from tests.backends.vault.openbao import OpenBao
 from tests.helpers import fetch_ctx, make_env, make_pod
-
-
-class TokenRequestStub:
-    """The Kubernetes API's TokenRequest endpoint, minting tokens with the test key."""
-
-    def __init__(self, key: SigningKey) -> None:
-        self.key = key
-        self.requests: list[dict[str, Any]] = []
-        self.url = ""
-        self._runner: web.AppRunner | None = None
-
-    async def start(self) -> None:
-        app = web.Application()
-        app.router.add_post(
-            "/api/v1/namespaces/{ns}/serviceaccounts/{sa}/token", self._token_request
-        )
-        self._runner = web.AppRunner(app, handle_signals=False)
-        await self._runner.setup()
-        site = web.TCPSite(self._runner, "127.0.0.1", 0)
-        await site.start()
-        assert site._server is not None
-        port = site._server.sockets[0].getsockname()[1]  # type: ignore[union-attr]
-        self.url = f"http://127.0.0.1:{port}"
-
-    async def _token_request(self, request: web.Request) -> web.Response:
-        body = await request.json()
-        self.requests.append(body)
-        ns, sa = request.match_info["ns"], request.match_info["sa"]
-        (audience,) = body["spec"]["audiences"]
-        token = self.key.pod_token(ns, sa, audience)
-        return web.json_response(
-            {
-                "apiVersion": "authentication.k8s.io/v1",
-                "kind": "TokenRequest",
-                "metadata": {"name": sa, "namespace": ns},
-                "spec": body["spec"],
-                "status": {"token": token, "expirationTimestamp": "2030-01-01T00:00:00Z"},
-            },
-            status=201,
-        )
-
-    async def stop(self) -> None:
-        if self._runner is not None:
-            await self._runner.cleanup()
 
 
 @pytest.fixture

@@ -19,7 +19,8 @@ from provider.errors import MountFailed, PermissionDenied
 from provider.metrics import Metrics
 from provider.mounting import MountInput, MountResult
 from provider.settings import CoreSettings, ServeSettings
-from tests.backends.vault.openbao import OpenBao, SigningKey
+from tests.backends.vault.kubestubs import SigningKey
+from tests.backends.vault.openbao import OpenBao
 from tests.helpers import make_pod
 
 

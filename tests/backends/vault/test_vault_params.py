@@ -6,8 +6,9 @@ from __future__ import annotations
 import pytest
 
 from backends.base import ParseContext, Transforms
+from backends.vault.objects import VaultRef
 from backends.vault.options import Options
-from backends.vault.params import KEYS, VaultRef, VaultStore, parse
+from backends.vault.params import KEYS, VaultStore, parse
 from provider.errors import InvalidParameters
 
 ONLINE = ParseContext(options=Options(addr="https://vault.example:8200"))

@@ -15,7 +15,8 @@ from backends.base import Identity, SecretValue, StorePlan
 from backends.vault.store import VaultBackend
 from provider.errors import MissingCredential, NotFound, PermissionDenied
 from tests.backends.vault.conftest import plan_for
-from tests.backends.vault.openbao import OpenBao, SigningKey, TokenReviewStub
+from tests.backends.vault.kubestubs import SigningKey, TokenReviewStub
+from tests.backends.vault.openbao import OpenBao
 from tests.helpers import fetch_ctx, make_pod
 
 

@@ -13,7 +13,8 @@ from backends.base import SecretValue, StorePlan
 from backends.vault.store import VaultBackend
 from provider.errors import BridgeError, NotFound, StoreUnavailable
 from tests.backends.vault.conftest import plan_for
-from tests.backends.vault.openbao import TLS_SERVER_NAME, OpenBao, SigningKey
+from tests.backends.vault.kubestubs import SigningKey
+from tests.backends.vault.openbao import TLS_SERVER_NAME, OpenBao
 from tests.helpers import fetch_ctx, make_pod
 
 OBJECT = "- {objectName: s, secretPath: secret/data/app/tls, secretKey: k}"
