@@ -158,6 +158,7 @@ async def bench(args: argparse.Namespace) -> dict[str, Any]:
     with tempfile.TemporaryDirectory(prefix="sb-bench-") as tmp:
         work = Path(tmp)
         rig = make_rig(args.store, work, objects=args.objects, identities=args.identities)
+        await rig.start()
         echo_sock, prov_sock = str(work / "echo.sock"), str(work / "provider.sock")
         key = work / "hmac.key"
         key.write_bytes(os.urandom(32))
@@ -181,7 +182,9 @@ async def bench(args: argparse.Namespace) -> dict[str, Any]:
             *args.provider_arg,
         ]
         started = time.monotonic()
-        provider = subprocess.Popen(cmd)  # noqa: ASYNC220 - started once, before measuring
+        # The provider's log goes to a file: a failing run must not flood the report.
+        provider_log = (work / "provider.log").open("wb")
+        provider = subprocess.Popen(cmd, stderr=provider_log)  # noqa: ASYNC220 - started once, before measuring
         try:
             await wait_ready(prov_sock, provider)
             ready = time.monotonic() - started
@@ -216,12 +219,16 @@ async def bench(args: argparse.Namespace) -> dict[str, Any]:
             }
             if args.plot:
                 plot(args.plot, floor, mount, result)
+            if mount.errors:
+                lines = (work / "provider.log").read_text(errors="replace").splitlines()
+                result["provider_log_tail"] = lines[-3:]
             return result
         finally:
             for proc in (provider, echo):
                 proc.terminate()
                 proc.wait(15)
-            rig.stop()
+            provider_log.close()
+            await rig.stop()
 
 
 def _diff(after: dict[str, int], before: dict[str, int]) -> dict[str, int]:
@@ -266,6 +273,7 @@ def report(result: dict[str, Any]) -> str:
     ]
     if result["mount_errors"]:
         lines.append(f"mount errors: {result['mount_errors']}")
+        lines.extend("  " + line[:300] for line in result.get("provider_log_tail", []))
     return "\n".join(lines)
 
 

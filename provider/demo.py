@@ -108,7 +108,7 @@ async def run_demo() -> int:
         try:
             url = bao.url
             await bao.configure_jwt(tokens)
-            await bao.add_role(ROLE, NAMESPACE, SERVICE_ACCOUNT, ["secret/data/db-password"])
+            await bao.add_role(ROLE, NAMESPACE, [SERVICE_ACCOUNT], ["secret/data/db-password"])
             await bao.kv_put("db-password", {"username": "app", "password": "correct-horse-1"})
             bao.audit_mark()
             print(f"    OpenBao at {url}: KV v2 secret/db-password (username, password),")

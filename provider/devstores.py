@@ -132,9 +132,16 @@ class OpenBaoDev:
         )
 
     async def add_role(
-        self, role: str, namespace: str, service_account: str, paths: list[str], mount: str = "jwt"
+        self,
+        role: str,
+        namespace: str,
+        service_accounts: list[str],
+        paths: list[str],
+        mount: str = "jwt",
     ) -> None:
+        """A jwt role for pods of these service accounts, reading `paths`."""
         rules = "\n".join(f'path "{p}" {{ capabilities = ["read"] }}' for p in paths)
+        subjects = [f"system:serviceaccount:{namespace}:{sa}" for sa in service_accounts]
         await self.api("PUT", f"sys/policies/acl/{role}", {"policy": rules})
         await self.api(
             "POST",
@@ -143,7 +150,7 @@ class OpenBaoDev:
                 "role_type": "jwt",
                 "bound_audiences": ["vault"],
                 "user_claim": "sub",
-                "bound_subject": f"system:serviceaccount:{namespace}:{service_account}",
+                "bound_claims": {"sub": subjects},
                 "token_policies": [role],
                 "token_ttl": "1h",
             },

@@ -63,4 +63,10 @@ async def retry_transient(
         reraise=True,
         before_sleep=before_sleep,
     )
-    return await retrying(call)
+
+    async def attempt() -> T:
+        # Awaited here, so `call` may be any callable returning an awaitable (even a lambda,
+        # which tenacity would otherwise treat as synchronous and never retry).
+        return await call()
+
+    return await retrying(attempt)
