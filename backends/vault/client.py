@@ -63,9 +63,12 @@ class Reply:
 class VaultHTTP:
     """Shared HTTP sessions; `request` returns a Reply for any HTTP status."""
 
-    def __init__(self, *, max_connections: int, max_body_bytes: int) -> None:
+    def __init__(
+        self, *, max_connections: int, max_body_bytes: int, request_timeout: float = 30.0
+    ) -> None:
         self._max_connections = max_connections
         self._max_body = max_body_bytes
+        self._request_timeout = request_timeout
         self._sessions: dict[tuple[str, TLSConfig], aiohttp.ClientSession] = {}
         self._lock = asyncio.Lock()
 
@@ -121,7 +124,9 @@ class VaultHTTP:
                 params=list(query),
                 data=body.encode() if body else None,
                 headers=headers,
-                timeout=aiohttp.ClientTimeout(total=remaining),
+                # One hung request must not eat the whole Mount: past request_timeout it is
+                # a transient failure, retried while the retry budget lasts.
+                timeout=aiohttp.ClientTimeout(total=min(remaining, self._request_timeout)),
                 server_hostname=tls.server_name or None,
                 # Vault standbys without request forwarding redirect to the active node; the
                 # Go client (and so vault-csi-provider) follows, keeping method and body.

@@ -72,6 +72,13 @@ class Options:
             "help": "open HTTP connections per Vault address (bounds a rollout's load on Vault)"
         },
     )
+    request_timeout: float = field(
+        default=30.0,
+        metadata={
+            "help": "seconds one Vault request may take before it is retried (within the "
+            "Mount's retry budget); dynamic secrets can take a few seconds"
+        },
+    )
     token_renew_margin: float = field(
         default=0.2,
         metadata={

@@ -45,6 +45,7 @@ class VaultBackend:
             max_connections=getattr(options, "max_connections", 64),
             # A little above the response limit: the core reports the exact overflow itself.
             max_body_bytes=env.core.max_response_bytes + 64 * 1024,
+            request_timeout=getattr(options, "request_timeout", 30.0),
         )
         self._auth = Authenticator(env, self._http, getattr(options, "token_renew_margin", 0.2))
 

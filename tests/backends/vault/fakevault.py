@@ -89,6 +89,8 @@ class FakeVault:
         self.calls: Counter[tuple[str, str]] = Counter()
         self.bodies: list[tuple[str, str, bytes]] = []
         self.headers: list[dict[str, str]] = []
+        #: The client's (host, port) of each request: one per TCP connection it came on.
+        self.peers: list[tuple[str, int]] = []
         self._runner: web.AppRunner | None = None
         self.addr = ""
 
@@ -116,6 +118,8 @@ class FakeVault:
         self.calls[key] += 1
         self.bodies.append((*key, await request.read()))
         self.headers.append(dict(request.headers))
+        assert request.transport is not None
+        self.peers.append(request.transport.get_extra_info("peername")[:2])
         handlers = self.routes.get(key)
         if not handlers:
             return web.json_response({"errors": []}, status=404)

@@ -225,3 +225,35 @@ async def test_short_token_lease_is_renewed_by_login(
     await asyncio.sleep(0.9)
     await run(backend, plan)
     assert fake.calls[LOGIN] == 2
+
+
+async def test_hung_request_is_retried_within_the_retry_budget(fake: FakeVault) -> None:
+    vault = create(make_env("vault", Options(request_timeout=0.3)))
+    try:
+        fake.on(*LOGIN, login_ok())
+        fake.on(*READ, slow(5, json_ok({})), json_ok({"data": {"k": "v"}}))
+        plan = plan_at(fake)
+        start = time.monotonic()
+        _, results = await run(vault, plan, fetch_ctx(6))
+        assert isinstance(results[plan.objects[0].ref], list)
+        assert time.monotonic() - start < 2
+        assert fake.calls[READ] == 2
+    finally:
+        await vault.close()
+
+
+async def test_one_connection_pool_per_address_and_tls_settings(
+    fake: FakeVault, backend: VaultBackend
+) -> None:
+    fake.on(*LOGIN, login_ok())
+    fake.on(*READ, json_ok({"data": {"k": "v"}}))
+    # Two classes, two roles (two identities), one address: one reused keep-alive connection.
+    for role in ("r1", "r2", "r1"):
+        plan = plan_for(
+            "- {objectName: app, secretPath: secret/data/app}",
+            vaultAddress=fake.addr,
+            roleName=role,
+        )
+        await run(backend, plan)
+    assert fake.calls[LOGIN] == 2 and fake.calls[READ] == 3
+    assert len(set(fake.peers)) == 1
