@@ -91,6 +91,6 @@ class PodIdentityAgent(_Server):
                 "SecretAccessKey": "pod-identity-secret",
                 "Token": "pod-identity-session",
                 "AccountId": "123456789012",
-                "Expiration": expires.strftime("%Y-%m-%dT%H:%M:%SZ"),
+                "Expiration": expires.strftime("%Y-%m-%dT%H:%M:%S.%fZ"),
             }
         )

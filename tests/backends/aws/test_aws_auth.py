@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import AsyncIterator
 
 import pytest
@@ -180,3 +181,24 @@ async def test_aws_backend_without_options_uses_defaults() -> None:
         assert await backend.fetch(plan, identity, [], fetch_ctx()) == {}
     finally:
         await backend.close()
+
+
+async def test_aws_credentials_are_renewed_before_they_expire(
+    make_harness: MakeHarness, seeded: MotoServer, proxy: CountingProxy
+) -> None:
+    agent = PodIdentityAgent(token="t", lifetime=1.0)  # kept until a fifth before expiry
+    await agent.start()
+    try:
+        h = make_harness(
+            f"{REGION}={proxy.url}", pod_identity_endpoint=f"{agent.url}/v1/credentials"
+        )
+        parameters = {"usePodIdentity": "true", "objects": OBJECTS}
+        pod = make_pod(tokens={"pods.eks.amazonaws.com": "t"})
+        await h.mount(parameters, pod)
+        await h.mount(parameters, pod)
+        assert agent.calls["credentials"] == 1
+        await asyncio.sleep(0.9)
+        await h.mount(parameters, pod)
+        assert agent.calls["credentials"] == 2
+    finally:
+        await agent.stop()
