@@ -158,6 +158,17 @@ class OpenBao:
                 self.process.kill()
                 self.process.wait()
 
+    def seal(self) -> None:
+        self.root().sys.seal()
+
+    def unseal(self) -> None:
+        # The dev server prints its single unseal key at start-up.
+        for line in self.log_path.read_text().splitlines():
+            if line.startswith("Unseal Key:"):
+                self.root().sys.submit_unseal_key(line.split(":", 1)[1].strip())
+                return
+        raise RuntimeError("no unseal key in the dev server's output")
+
     def root(self, vault_namespace: str = "") -> hvac.Client:
         return hvac.Client(
             url=self.addr, token=ROOT_TOKEN, timeout=10, namespace=vault_namespace or None

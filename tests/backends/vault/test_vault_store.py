@@ -8,16 +8,18 @@ import base64
 import hashlib
 import json
 from collections.abc import Hashable, Mapping
+from pathlib import Path
 
 import pytest
 
 from backends.base import Identity, SecretValue, StorePlan
-from backends.vault.store import VaultBackend
-from provider.errors import MissingCredential, NotFound, PermissionDenied
+from backends.vault.options import Options
+from backends.vault.store import VaultBackend, create
+from provider.errors import MissingCredential, NotFound, PermissionDenied, StoreUnavailable
 from tests.backends.vault.conftest import plan_for
 from tests.backends.vault.kubestubs import SigningKey, TokenReviewStub
 from tests.backends.vault.openbao import OpenBao
-from tests.helpers import fetch_ctx, make_pod
+from tests.helpers import fetch_ctx, make_env, make_pod
 
 
 def jwt_class(openbao: OpenBao, objects: str, **params: str) -> StorePlan:
@@ -307,3 +309,55 @@ async def test_concurrent_fetches_share_one_login(
     openbao.audit_mark()
     await asyncio.gather(*(fetch_all(backend, plan, i) for i in identities))
     assert openbao.audit_counts()[("update", "auth/jwt/login")] == 1
+
+
+async def test_openbao_spellings_default_to_the_openbao_audience(
+    openbao: OpenBao, signing_key: SigningKey, backend: VaultBackend
+) -> None:
+    openbao.add_jwt_role(
+        "jwt",
+        "bao-app",
+        namespace="default",
+        service_account="app",
+        policies=["app"],
+        audience="openbao",
+    )
+    openbao.kv2_put("secret", "app/bao", {"k": "bao"})
+    plan = plan_for(
+        "- {objectName: b, secretPath: secret/data/app/bao, secretKey: k}",
+        openbaoAddress=openbao.addr,
+        openbaoRoleName="bao-app",
+        openbaoAuthMountPath="jwt",
+    )
+    pod = make_pod(tokens={"openbao": signing_key.pod_token("default", "app", "openbao")})
+    identity = await backend.identify(plan, pod)
+    value = only_value((await fetch_all(backend, plan, identity))[plan.objects[0].ref])
+    assert value.data == {"k": "bao"}
+
+
+async def test_sealed_openbao_is_unavailable_and_recovers(
+    signing_key: SigningKey, tmp_path: Path
+) -> None:
+    server = OpenBao.start(tmp_path / "sealed")
+    vault = create(make_env("vault", Options(addr=server.addr)))
+    try:
+        server.put_policy("app", 'path "secret/data/app/*" { capabilities = ["read"] }')
+        server.configure_jwt_auth("jwt", signing_key.public_pem)
+        server.add_jwt_role(
+            "jwt", "app", namespace="default", service_account="app", policies=["app"]
+        )
+        server.kv2_put("secret", "app/s", {"k": "v"})
+        plan = jwt_class(server, "- {objectName: s, secretPath: secret/data/app/s}")
+        identity = await vault.identify(plan, app_pod(signing_key))
+        await fetch_all(vault, plan, identity)  # token cached
+        server.seal()
+        results = await vault.fetch(plan, identity, [plan.objects[0].ref], fetch_ctx(1.5))
+        error = results[plan.objects[0].ref]
+        assert isinstance(error, StoreUnavailable) and error.transient
+        assert "sealed" in str(error) and "object 's'" in str(error)
+        server.unseal()
+        # Sealing revoked nothing in dev mode's in-memory store; reads resume.
+        assert isinstance((await fetch_all(vault, plan, identity))[plan.objects[0].ref], list)
+    finally:
+        await vault.close()
+        server.stop()
