@@ -22,7 +22,7 @@ from collections.abc import Hashable, Mapping, Sequence
 
 from backends.base import Backend, FetchContext, Fetched, Identity, SecretValue, StorePlan
 from provider.caching import ExpiringCache
-from provider.errors import BridgeError
+from provider.errors import BridgeError, DeadlineExceeded
 from provider.metrics import Metrics
 
 _Key = tuple[str, Hashable]
@@ -57,7 +57,9 @@ class Fetcher:
             size_of=_size,
             on_event=metrics.cache_counter("stale"),
         )
-        self._inflight: dict[_Key, asyncio.Future[Fetched]] = {}
+        self._inflight: dict[_Key, tuple[asyncio.Future[Fetched], asyncio.Task[None]]] = {}
+        #: Callers still waiting on each load; the last one to give up cancels it.
+        self._waiters: dict[asyncio.Task[None], int] = {}
         self._max_concurrent = max_concurrent_fetches
         self._limits: dict[str, asyncio.Semaphore] = {}
 
@@ -70,7 +72,8 @@ class Fetcher:
         ctx: FetchContext,
     ) -> dict[Hashable, Fetched]:
         results: dict[Hashable, Fetched] = {}
-        waiting: dict[Hashable, asyncio.Future[Fetched]] = {}
+        pending: dict[Hashable, asyncio.Future[Fetched]] = {}
+        loads: set[asyncio.Task[None]] = set()
         mine: dict[Hashable, asyncio.Future[Fetched]] = {}
         loop = asyncio.get_running_loop()
         for ref in dict.fromkeys(refs):
@@ -81,15 +84,30 @@ class Fetcher:
                 results[ref] = cached
             elif key in self._inflight:
                 self._count("coalesced")
-                waiting[ref] = self._inflight[key]
+                pending[ref], task = self._inflight[key]
+                loads.add(task)
             else:
                 self._count("miss")
-                future: asyncio.Future[Fetched] = loop.create_future()
-                self._inflight[key] = mine[ref] = future
+                mine[ref] = pending[ref] = loop.create_future()
         if mine:
-            await self._load(backend, plan, identity, mine, ctx)
-        for ref, future in {**waiting, **mine}.items():
-            results[ref] = await asyncio.shield(future)
+            # The load runs as its own task: if this caller's deadline passes, callers that
+            # joined it keep waiting; only when every caller gave up is the store call cancelled.
+            task = asyncio.create_task(self._load(backend, plan, identity, mine, ctx))
+            for ref, future in mine.items():
+                self._inflight[(identity.key, ref)] = (future, task)
+            loads.add(task)
+        for task in loads:
+            self._waiters[task] = self._waiters.get(task, 0) + 1
+        try:
+            for ref, future in pending.items():
+                results[ref] = await asyncio.shield(future)
+        finally:
+            for task in loads:
+                self._waiters[task] -= 1
+                if self._waiters[task] == 0:
+                    del self._waiters[task]
+                    if not task.done():
+                        task.cancel()
         return results
 
     async def _load(
@@ -100,6 +118,7 @@ class Fetcher:
         mine: Mapping[Hashable, asyncio.Future[Fetched]],
         ctx: FetchContext,
     ) -> None:
+        """Fetch and settle every future of `mine`; never raises (callers get the outcome)."""
         limit = self._limits.setdefault(plan.backend, asyncio.Semaphore(self._max_concurrent))
         try:
             async with limit:
@@ -107,11 +126,14 @@ class Fetcher:
         except BridgeError as exc:
             if not exc.transient or not self._all_stale(identity, mine):
                 self._fail(mine, exc)
-                raise
+                return
             fetched = {ref: exc for ref in mine}
-        except BaseException as exc:
-            self._fail(mine, exc)
+        except asyncio.CancelledError:
+            self._fail(mine, DeadlineExceeded("every caller gave up before the store answered"))
             raise
+        except Exception as exc:  # settled into the futures; the server logs it as INTERNAL
+            self._fail(mine, exc)
+            return
         finally:
             for ref in mine:
                 self._inflight.pop((identity.key, ref), None)

@@ -118,3 +118,32 @@ async def test_fetches_per_backend_are_bounded(tmp_path: Path) -> None:
     await asyncio.gather(*(h.mounter.mount(h.request(OBJECTS[:1], pod=p)) for p in pods))
     assert h.fake.reads == {"s": 12}
     assert h.fake.peak_inflight == 3
+
+
+async def test_a_caller_giving_up_does_not_cancel_the_shared_read(tmp_path: Path) -> None:
+    h = Harness(tmp_path)
+    h.write({"secrets": {"s": "v"}})
+    h.fake.latency = 0.3
+    impatient = asyncio.create_task(h.mounter.mount(h.request(OBJECTS[:1])))
+    await asyncio.sleep(0.05)
+    patient = asyncio.create_task(h.mounter.mount(h.request(OBJECTS[:1])))
+    await asyncio.sleep(0.05)
+    impatient.cancel()  # what the server's deadline does
+    result = await patient
+    assert result.files[0].contents == b"v"
+    assert h.fake.reads == {"s": 1}
+    assert impatient.cancelled()
+
+
+async def test_the_store_call_is_cancelled_when_every_caller_gave_up(tmp_path: Path) -> None:
+    h = Harness(tmp_path)
+    h.write({"secrets": {"s": "v"}})
+    h.fake.latency = 5
+    with pytest.raises(TimeoutError):
+        async with asyncio.timeout(0.2):
+            await h.mounter.mount(h.request(OBJECTS[:1]))
+    await asyncio.sleep(0.05)
+    assert h.fake.inflight == 0 and h.fake.reads == {}
+    # Nothing is left behind: the next mount starts a fresh read.
+    h.fake.latency = 0
+    assert (await h.mounter.mount(h.request(OBJECTS[:1]))).files[0].contents == b"v"

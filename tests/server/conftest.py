@@ -83,7 +83,8 @@ async def provider(tmp_path: Path, request: pytest.FixtureRequest) -> AsyncItera
     store_file.write_text(yaml.safe_dump(STORE, sort_keys=False))
     key_file = tmp_path / "hmac.key"
     key_file.write_bytes(b"0123456789abcdef0123456789abcdef")
-    core_kw = getattr(request, "param", {}) or {}
+    core_kw = dict(getattr(request, "param", {}) or {})
+    latency = core_kw.pop("fake_latency", 0.0)
     port = free_port()
     settings = ServeSettings(
         socket=str(tmp_path / "provider.sock"),
@@ -91,7 +92,7 @@ async def provider(tmp_path: Path, request: pytest.FixtureRequest) -> AsyncItera
         grace_period=2.0,
         hmac_key_file=str(key_file),
         core=CoreSettings(enable_fake_backend=True, **core_kw),
-        backend_options={"fake": FakeOptions(store_file=str(store_file))},
+        backend_options={"fake": FakeOptions(store_file=str(store_file), latency=latency)},
     )
     ready, stop = asyncio.Event(), asyncio.Event()
     task = asyncio.create_task(app.serve(settings, ready=ready, stop=stop))

@@ -100,3 +100,16 @@ async def test_health_ready_and_metrics(provider: Provider) -> None:
     assert 'secrets_bridge_mount_requests_total{backend="fake",code="OK"} 1.0' in text
     assert "secrets_bridge_mount_duration_seconds_bucket" in text
     assert "key-123" not in text
+
+
+@pytest.mark.parametrize("provider", [{"fake_latency": 3.0}], indirect=True)
+async def test_slow_store_gives_deadline_exceeded(provider: Provider) -> None:
+    import time
+
+    start = time.monotonic()
+    with pytest.raises(grpc.aio.AioRpcError) as info:
+        await provider.stub.Mount(
+            mount_request(attributes([{"objectName": "api-key"}])), timeout=0.5
+        )
+    assert info.value.code() == grpc.StatusCode.DEADLINE_EXCEEDED
+    assert time.monotonic() - start < 1.5
