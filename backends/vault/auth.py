@@ -73,15 +73,16 @@ class Authenticator:
             )
         if reply.status != 200:
             raise login_error(reply, store, identity)
-        auth = reply.json().get("auth") or {}
-        client_token = auth.get("client_token")
-        if not isinstance(client_token, str) or not client_token:
+        auth = reply.json().get("auth")
+        client_token = auth.get("client_token") if isinstance(auth, dict) else None
+        if not isinstance(auth, dict) or not isinstance(client_token, str) or not client_token:
             error = StoreUnavailable(
                 f"{doing}: the answer carries no Vault token; does vaultAddress point at Vault?"
             )
             error.transient = False
             raise error
-        lease = float(auth.get("lease_duration") or 0)
+        lease = auth.get("lease_duration")
+        lease = float(lease) if isinstance(lease, int | float) and lease > 0 else 0.0
         ttl = lease * (1 - self._margin) if lease > 0 else NO_LEASE_TTL
         return VaultToken(client_token, lease, time.monotonic()), ttl
 

@@ -181,7 +181,8 @@ def _value(reply: Reply, doing: str) -> Fetched:
         return NotFound(f"{doing}: Vault returned no data ({warnings})")
     # request_id differs on every read; without it, an unchanged secret keeps its version.
     payload.pop("request_id", None)
-    content = json.dumps(payload, separators=(",", ":")).encode()
+    # Compact and UTF-8 as Go's json.Marshal writes it (upstream marshals the response).
+    content = json.dumps(payload, separators=(",", ":"), ensure_ascii=False).encode()
     data = payload.get("data")
     inner = data.get("data") if isinstance(data, dict) else None
     return [SecretValue(content=content, data=inner if isinstance(inner, dict) else data or {})]

@@ -8,6 +8,7 @@ import time
 from collections.abc import AsyncIterator, Hashable, Mapping
 
 import pytest
+from aiohttp import web
 
 from backends.base import FetchContext, Identity, StorePlan
 from backends.vault.options import Options
@@ -168,8 +169,9 @@ async def test_read_faults_are_per_object_errors(
         (raw(b"not json"), StoreUnavailable),
         (drop(), StoreUnavailable),
         (status(404, errors=["namespace not found"]), NotFound),
+        (json_ok(None, auth=["not", "a", "map"]), StoreUnavailable),
     ],
-    ids=["400", "403", "no-auth", "garbage", "dropped", "404"],
+    ids=["400", "403", "no-auth", "garbage", "dropped", "404", "auth-not-a-map"],
 )
 async def test_login_faults_fail_the_whole_call(
     fake: FakeVault, backend: VaultBackend, handler: object, expected: type[BridgeError]
@@ -257,3 +259,27 @@ async def test_one_connection_pool_per_address_and_tls_settings(
         await run(backend, plan)
     assert fake.calls[LOGIN] == 2 and fake.calls[READ] == 3
     assert len(set(fake.peers)) == 1
+
+
+@pytest.mark.parametrize("lease", ["soon", None, -5, [1]])
+async def test_odd_lease_durations_are_kept_briefly(
+    fake: FakeVault, backend: VaultBackend, lease: object
+) -> None:
+    async def handler(_request: web.Request) -> web.StreamResponse:
+        auth = {"client_token": FAKE_TOKEN, "lease_duration": lease}
+        return web.json_response({"auth": auth})
+
+    fake.on(*LOGIN, handler)
+    fake.on(*READ, json_ok({"data": {"k": "v"}}))
+    await run(backend, plan_at(fake))
+    await run(backend, plan_at(fake))
+    assert fake.calls[LOGIN] == 1
+
+
+async def test_whole_response_keeps_utf8(fake: FakeVault, backend: VaultBackend) -> None:
+    fake.on(*LOGIN, login_ok())
+    fake.on(*READ, json_ok({"data": {"name": "Zoë ✓"}}))
+    plan = plan_at(fake)
+    _, results = await run(backend, plan)
+    (value,) = results[plan.objects[0].ref]  # type: ignore[misc]
+    assert "Zoë ✓".encode() in value.content

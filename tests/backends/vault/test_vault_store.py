@@ -361,3 +361,19 @@ async def test_sealed_openbao_is_unavailable_and_recovers(
     finally:
         await vault.close()
         server.stop()
+
+
+async def test_kubernetes_auth_refuses_an_unbound_service_account(
+    openbao: OpenBao, signing_key: SigningKey, backend: VaultBackend
+) -> None:
+    plan = plan_for(
+        "- {objectName: k, secretPath: secret/data/app/k8s}",
+        vaultAddress=openbao.addr,
+        roleName="app",
+    )
+    pod = app_pod(signing_key, namespace="default", sa="stranger")
+    with pytest.raises(PermissionDenied) as info:
+        await fetch_all(backend, plan, await backend.identify(plan, pod))
+    assert "auth/kubernetes" in str(info.value) and "not bound to service account" in str(
+        info.value
+    )
