@@ -283,3 +283,39 @@ async def test_whole_response_keeps_utf8(fake: FakeVault, backend: VaultBackend)
     _, results = await run(backend, plan)
     (value,) = results[plan.objects[0].ref]  # type: ignore[misc]
     assert "Zoë ✓".encode() in value.content
+
+
+FAULTS = {
+    "sealed": status(503, errors=["Vault is sealed"]),
+    "throttled": status(429, headers={"Retry-After": "bogus"}),
+    "html": raw(b"<html></html>"),
+    "truncated-json": raw(b'{"data": {', content_type="application/json"),
+    "json-list": raw(b"[1, 2]", content_type="application/json"),
+    "dropped": drop(),
+    "slow": slow(3, json_ok({})),
+    "redirect-loop": redirect("/v1/secret/data/app"),
+    "redirect-away": redirect("http://127.0.0.1:9/v1/x"),
+}
+
+
+@pytest.mark.parametrize("where", ["login", "read"])
+@pytest.mark.parametrize("fault", sorted(FAULTS))
+async def test_no_library_exception_escapes(
+    fake: FakeVault, backend: VaultBackend, fault: str, where: str
+) -> None:
+    if where == "login":
+        fake.on(*LOGIN, FAULTS[fault])
+    else:
+        fake.on(*LOGIN, login_ok())
+        fake.on(*READ, FAULTS[fault])
+    plan = plan_at(fake)
+    try:
+        _, results = await run(backend, plan, fetch_ctx(0.8))
+    except Exception as exc:  # the assertion is about what this may be
+        assert isinstance(exc, BridgeError), repr(exc)
+        no_secrets(str(exc))
+    else:
+        for result in results.values():
+            assert isinstance(result, BridgeError | list), repr(result)
+            if isinstance(result, BridgeError):
+                no_secrets(str(result))
