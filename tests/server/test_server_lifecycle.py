@@ -99,3 +99,38 @@ async def test_sigterm_drains_in_flight_mount_and_exits_zero(tmp_path: Path) -> 
     log = proc.stderr.read()
     assert b"stopped" in log
     assert b"key-123" not in log
+
+
+async def mount_like_the_driver(sock: str, attempts: int = 4) -> object:
+    """The driver re-sends a Mount that failed with UNAVAILABLE up to 3 times (1 s backoff)."""
+    delay = 1.0
+    for attempt in range(attempts):
+        try:
+            async with driver_channel(sock) as channel:
+                stub = provider_pb2_grpc.CSIDriverProviderStub(channel)
+                return await stub.Mount(
+                    mount_request(attributes([{"objectName": "api-key"}])), timeout=5
+                )
+        except grpc.aio.AioRpcError as exc:
+            if exc.code() != grpc.StatusCode.UNAVAILABLE or attempt == attempts - 1:
+                raise
+            await asyncio.sleep(delay)
+            delay = min(delay * 2, 10)
+    raise AssertionError("unreachable")
+
+
+async def test_sigkill_then_restart_serves_a_retrying_driver(tmp_path: Path) -> None:
+    proc, sock = start_serve(tmp_path)
+    await wait_ready(sock)
+    proc.kill()
+    proc.wait(10)
+    assert os.path.exists(sock)  # SIGKILL leaves the socket file behind
+    call = asyncio.ensure_future(mount_like_the_driver(sock))
+    await asyncio.sleep(0.3)  # the driver's first attempt fails: nobody listens
+    restarted, _ = start_serve(tmp_path)
+    try:
+        reply = await call
+        assert [f.contents for f in reply.files] == [b"key-123"]
+    finally:
+        restarted.terminate()
+        assert restarted.wait(10) == 0
