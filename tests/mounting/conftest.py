@@ -17,7 +17,7 @@ from tests.helpers import make_pod
 
 
 class Harness:
-    def __init__(self, tmp_path: Path, **core: Any) -> None:
+    def __init__(self, tmp_path: Path, options: dict[str, Any] | None = None, **core: Any) -> None:
         self.store_file = tmp_path / "store.yaml"
         key = tmp_path / "key"
         key.write_bytes(b"k" * 32)
@@ -25,7 +25,10 @@ class Harness:
         settings = ServeSettings(
             hmac_key_file=str(key),
             core=CoreSettings(enable_fake_backend=True, **core),
-            backend_options={"fake": FakeOptions(store_file=str(self.store_file))},
+            backend_options={
+                "fake": FakeOptions(store_file=str(self.store_file)),
+                **(options or {}),
+            },
         )
         self.metrics = Metrics()
         self.mounter, self.backends = build_mounter(settings, self.metrics)
