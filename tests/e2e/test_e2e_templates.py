@@ -77,11 +77,10 @@ async def test_aws_secret_to_env_and_pgpass(tmp_path: Path) -> None:
     await moto.start()
     try:
         moto.client("secretsmanager").create_secret(Name="prod/db", SecretString=json.dumps(DB))
-        h = Harness(tmp_path)
         opts = AwsOptions(
             region="us-east-1", endpoints=f"us-east-1={moto.url}", sts_endpoint=moto.url
         )
-        h.backends._options["aws"] = opts
+        h = Harness(tmp_path, options={"aws": opts})
         token = PodTokens().token("default", "app", "sts.amazonaws.com")
         params = {
             "backend": "aws",
