@@ -81,6 +81,7 @@ def build_mounter(settings: ServeSettings, metrics: Metrics) -> tuple[Mounter, B
         metrics=metrics,
         serve_stale_max_age=core.serve_stale_max_age,
         max_concurrent_fetches=core.max_concurrent_fetches,
+        rate_limits=core.rate_limits,
     )
     mounter = Mounter(
         backend_for=backends.get,

@@ -13,6 +13,8 @@ from typing import Any
 
 from backends import registry
 from provider import __version__
+from provider.errors import InvalidParameters
+from provider.limits import parse_rate_limits
 from provider.settings import (
     DEFAULT_SOCKET,
     CoreSettings,
@@ -54,6 +56,7 @@ def add_serve_flags(parser: argparse.ArgumentParser, *, with_socket: bool = True
         type=float,
     )
     _flag(g, "--max-concurrent-fetches", 64, "store fetch calls in flight per backend", type=int)
+    _flag(g, "--rate-limit", "", "fetch calls per second per backend, e.g. 'aws=40,azure=400'")
     _flag(
         g,
         "--cache-scope",
@@ -103,6 +106,7 @@ def settings_from_args(args: argparse.Namespace) -> ServeSettings:
         revalidate_max_age=float(args.revalidate_max_age),
         serve_stale_max_age=float(args.serve_stale_max_age),
         max_concurrent_fetches=int(args.max_concurrent_fetches),
+        rate_limits=parse_rate_limits(args.rate_limit, registry.names()),
         cache_scope=args.cache_scope,
         allow_node_identity_namespaces=namespaces,
         token_request_fallback=parse_bool(args.token_request_fallback),
@@ -169,7 +173,11 @@ def main(argv: Sequence[str] | None = None) -> int:
         from provider import checking
 
         return checking.run(args.file)
-    settings = settings_from_args(args)
+    try:
+        settings = settings_from_args(args)
+    except InvalidParameters as exc:
+        print(f"secrets-bridge: {exc}", file=sys.stderr)
+        return 2
     from provider import logs
 
     logs.configure(settings.log_level, settings.log_format)

@@ -10,8 +10,9 @@ is younger than the limit — logged and counted, so an outage of the store does
 a known identity from starting. It never applies to denials or missing objects, and never
 bypasses the identity check (`identify` runs before any fetch).
 
-Each backend has at most `--max-concurrent-fetches` fetch calls in flight, so a rollout of
-thousands of pods queues here instead of hammering (or being throttled by) the store.
+Each backend has at most `--max-concurrent-fetches` fetch calls in flight, and optionally at
+most `--rate-limit` fetch calls per second, so a rollout of thousands of pods queues here instead
+of hammering (or being throttled by) the store.
 """
 
 from __future__ import annotations
@@ -23,6 +24,7 @@ from collections.abc import Hashable, Mapping, Sequence
 from backends.base import Backend, FetchContext, Fetched, Identity, SecretValue, StorePlan
 from provider.caching import ExpiringCache
 from provider.errors import BridgeError, DeadlineExceeded
+from provider.limits import RateLimiter
 from provider.metrics import Metrics
 
 _Key = tuple[str, Hashable]
@@ -41,6 +43,7 @@ class Fetcher:
         metrics: Metrics,
         serve_stale_max_age: float = 0.0,
         max_concurrent_fetches: int = 64,
+        rate_limits: Mapping[str, float] | None = None,
         max_entries: int = 10_000,
         max_bytes: int = 64 * 1024 * 1024,
     ) -> None:
@@ -62,6 +65,7 @@ class Fetcher:
         self._waiters: dict[asyncio.Task[None], int] = {}
         self._max_concurrent = max_concurrent_fetches
         self._limits: dict[str, asyncio.Semaphore] = {}
+        self._rates = {name: RateLimiter(rate) for name, rate in (rate_limits or {}).items()}
 
     async def fetch(
         self,
@@ -120,8 +124,11 @@ class Fetcher:
     ) -> None:
         """Fetch and settle every future of `mine`; never raises (callers get the outcome)."""
         limit = self._limits.setdefault(plan.backend, asyncio.Semaphore(self._max_concurrent))
+        rate = self._rates.get(plan.backend)
         try:
             async with limit:
+                if rate is not None:
+                    await rate.acquire()
                 fetched = await backend.fetch(plan, identity, list(mine), ctx)
         except BridgeError as exc:
             if not exc.transient or not self._all_stale(identity, mine):

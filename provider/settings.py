@@ -31,6 +31,8 @@ class CoreSettings:
     serve_stale_max_age: float = 0.0
     #: Fetch calls in flight per backend; more wait their turn.
     max_concurrent_fetches: int = 64
+    #: Backend name -> fetch calls per second (absent = unlimited).
+    rate_limits: Mapping[str, float] = field(default_factory=dict)
     #: Seconds an AWS value may be confirmed by DescribeSecret instead of re-read (0 = off).
     revalidate_max_age: float = 600.0
     #: "serviceaccount" or "pod": the granularity of the identity key of every cache.

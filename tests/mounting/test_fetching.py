@@ -147,3 +147,31 @@ async def test_the_store_call_is_cancelled_when_every_caller_gave_up(tmp_path: P
     # Nothing is left behind: the next mount starts a fresh read.
     h.fake.latency = 0
     assert (await h.mounter.mount(h.request(OBJECTS[:1]))).files[0].contents == b"v"
+
+
+async def test_rate_limit_spreads_fetches(tmp_path: Path) -> None:
+    import time
+
+    h = Harness(tmp_path, rate_limits={"fake": 10})
+    h.write({"secrets": {"s": "v"}})
+    pods = [make_pod(service_account=f"sa{i}") for i in range(15)]
+    start = time.monotonic()
+    await asyncio.gather(*(h.mounter.mount(h.request(OBJECTS[:1], pod=p)) for p in pods))
+    # A burst of 10 passes at once; the other 5 wait for tokens at 10 per second.
+    assert time.monotonic() - start >= 0.4
+    assert h.fake.reads == {"s": 15}
+
+
+@pytest.mark.parametrize("flag", ["fake", "fake=0", "nosuch=5", "fake=x"])
+def test_bad_rate_limit_flag(flag: str) -> None:
+    import subprocess
+    import sys
+
+    result = subprocess.run(
+        [sys.executable, "-m", "provider.cli", "serve", "--rate-limit", flag],
+        capture_output=True,
+        text=True,
+        timeout=30,
+    )
+    assert result.returncode == 2
+    assert "--rate-limit" in result.stderr and "e.g. aws=40" in result.stderr
