@@ -9,6 +9,7 @@ then the failover region, and attempts are retried within the Mount's retry budg
 from __future__ import annotations
 
 import asyncio
+import logging
 import time
 from collections.abc import Awaitable, Callable, Hashable, Sequence
 from dataclasses import dataclass
@@ -23,6 +24,7 @@ from provider.errors import BridgeError, DeadlineExceeded, NotFound, StoreUnavai
 from provider.retrying import retry_transient
 
 T = TypeVar("T")
+log = logging.getLogger("secrets_bridge.aws")
 #: GetParameters takes at most ten names.
 SSM_BATCH = 10
 
@@ -47,7 +49,6 @@ class Reader:
     ) -> None:
         self._shared = shared
         self._store = store
-        self._identity = identity
         self._creds = creds
         self._ctx = ctx
         login = identity.credential
@@ -65,6 +66,17 @@ class Reader:
                 if not (exc.transient and self._store.failover_region):
                     raise
                 primary = exc
+            log.warning(
+                "primary region unavailable; reading from the failover region",
+                extra={
+                    "fields": {
+                        "backend": "aws",
+                        "region": self._store.region,
+                        "failover_region": self._store.failover_region,
+                        "error": str(primary),
+                    }
+                },
+            )
             try:
                 return await call(1), 1
             except BridgeError as exc:
@@ -145,7 +157,8 @@ class Reader:
                 "",
                 SecretId=target.name,
             )
-        except BridgeError:
+        except BridgeError as exc:
+            log.debug("aws: DescribeSecret failed (%s); reading instead", type(exc).__name__)
             return False  # denied or failing: a plain read decides
         stages: dict[str, list[str]] = response.get("VersionIdsToStages") or {}
         if target.version:
