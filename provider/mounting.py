@@ -106,8 +106,23 @@ class Mounter:
             else:
                 values[spec.ref] = result
         if failures:
+            # Report every problem at once: the objects that were fetched are built too, so a
+            # wrong secretKey shows up beside an unreachable path, not after it is fixed.
+            failures += self._build_failures(plan, values)
             raise MountFailed(failures, context=f"{plan.store.backend}, {identity.subject}")
         return self._build_memoized(plan, values, request.permission)
+
+    def _build_failures(
+        self, plan: MountPlan, values: Mapping[Hashable, Sequence[SecretValue]]
+    ) -> list[tuple[str, BridgeError]]:
+        failures: list[tuple[str, BridgeError]] = []
+        for spec in plan.store.objects:
+            if spec.ref in values:
+                try:
+                    self._object_files(spec, values[spec.ref])
+                except BridgeError as exc:
+                    failures.append((spec.name, exc))
+        return failures
 
     def _build_memoized(
         self, plan: MountPlan, values: dict[Hashable, Sequence[SecretValue]], permission: int

@@ -175,3 +175,12 @@ def test_bad_rate_limit_flag(flag: str) -> None:
     )
     assert result.returncode == 2
     assert "--rate-limit" in result.stderr and "e.g. aws=40" in result.stderr
+
+
+async def test_fetch_and_transform_failures_are_reported_together(tmp_path: Path) -> None:
+    h = Harness(tmp_path)
+    h.write({"secrets": {"s": '{"k": 1}'}, "failures": {"down": "unavailable"}})
+    objects = [{"objectName": "down"}, {"objectName": "x", "secretPath": "s", "extract": "nope"}]
+    with pytest.raises(MountFailed) as info:
+        await h.mounter.mount(h.request(objects))
+    assert [name for name, _ in info.value.failures] == ["down", "x"]
