@@ -20,7 +20,13 @@ from backends.aws.clients import ClientPool, Credentials
 from backends.aws.errors import STALE_CREDENTIALS, AwsDenied, translated
 from backends.aws.refs import AwsRef, AwsStore, Target
 from backends.base import BackendEnv, FetchContext, Fetched, Identity, SecretValue
-from provider.errors import BridgeError, DeadlineExceeded, NotFound, StoreUnavailable
+from provider.errors import (
+    BridgeError,
+    DeadlineExceeded,
+    NotFound,
+    PermissionDenied,
+    StoreUnavailable,
+)
 from provider.retrying import retry_transient
 
 T = TypeVar("T")
@@ -145,7 +151,10 @@ class Reader:
         return SecretValue(content=content, version=response.get("VersionId"))
 
     async def confirm(self, ref: AwsRef, index: int, held: SecretValue) -> bool:
-        """Whether `held` is still the version the object names (one DescribeSecret)."""
+        """Whether `held` is still the version the object names (one DescribeSecret).
+
+        Raises PermissionDenied when the pod may not call DescribeSecret.
+        """
         target = ref.target(index)
         what = self._what("Secrets Manager secret", target, index)
         try:
@@ -157,9 +166,11 @@ class Reader:
                 "",
                 SecretId=target.name,
             )
+        except PermissionDenied:
+            raise  # the caller stops asking for a while
         except BridgeError as exc:
             log.debug("aws: DescribeSecret failed (%s); reading instead", type(exc).__name__)
-            return False  # denied or failing: a plain read decides
+            return False  # failing: a plain read decides
         stages: dict[str, list[str]] = response.get("VersionIdsToStages") or {}
         if target.version:
             return target.version == held.version and target.version in stages

@@ -28,7 +28,7 @@ from backends.base import (
     StorePlan,
 )
 from provider.caching import ExpiringCache
-from provider.errors import BridgeError
+from provider.errors import BridgeError, PermissionDenied
 
 #: Bounds of the values held for revalidation (they live in memory only).
 HELD_ENTRIES = 10_000
@@ -50,6 +50,9 @@ class AwsBackend:
             size_of=lambda held: len(held[0].content),
             on_event=env.metrics.cache_counter("aws-revalidate"),
         )
+        self._revalidations = env.metrics.cache_counter("aws-revalidate")
+        #: (identity key, ref) whose DescribeSecret was denied: not revalidated for a while.
+        self._undescribable: ExpiringCache[bool] = ExpiringCache(max_entries=HELD_ENTRIES)
 
     async def identify(self, plan: StorePlan, pod: Pod) -> Identity:
         assert isinstance(plan.store, AwsStore)
@@ -111,15 +114,24 @@ class AwsBackend:
     async def _secret(self, reader: Reader, identity: Identity, ref: AwsRef) -> Fetched:
         max_age = self._env.core.revalidate_max_age
         key = (identity.key, ref)
-        held = self._held.get(key) if max_age > 0 else None
-        if held is not None and await reader.confirm(ref, held[1], held[0]):
-            self._env.metrics.cache_counter("aws-revalidate")("confirmed")
-            return [held[0]]
+        revalidate = max_age > 0 and self._undescribable.get(key) is None
+        held = self._held.get(key) if revalidate else None
+        if held is not None:
+            try:
+                if await reader.confirm(ref, held[1], held[0]):
+                    self._revalidations("confirmed")
+                    return [held[0]]
+            except PermissionDenied:
+                # Without DescribeSecret every check would cost a second call: read plainly
+                # for this identity and object until the age has passed.
+                self._undescribable.put(key, True, max_age)
+                self._held.invalidate(key)
+                revalidate = False
         try:
             value, index = await reader.with_failover(lambda i: reader.secret_value(ref, i))
         except BridgeError as exc:
             return exc
-        if max_age > 0:
+        if revalidate:
             # The age counts from this read: confirmations do not extend it.
             self._held.put(key, (value, index), max_age)
         return [value]

@@ -217,6 +217,10 @@ async def test_aws_revalidation_off_and_denied_describe_read(
     assert mounted.content("plain") == b"v1"
     assert proxy.counts["DescribeSecret"] == 1
     assert proxy.counts["GetSecretValue"] == 4
+    # Denied once: later mounts read without asking DescribeSecret first.
+    await on.mount(parameters)
+    assert proxy.counts["DescribeSecret"] == 1
+    assert proxy.counts["GetSecretValue"] == 5
 
 
 async def test_aws_revalidation_is_per_identity(
