@@ -80,6 +80,8 @@ def parse_object(
                 f"{where}.failoverObject.objectVersion must match objectVersion "
                 f"({failover.version!r} != {version!r}): both regions must hold the same version"
             )
+        # Upstream reads the primary's label in the failover region unless one is given.
+        failover = Target(failover.name, failover.version, failover.label or label)
     file_name = _file_name(alias or name, translate)
     if _BAD_PATH.search(file_name):
         problems.add(f"{where}: file name {file_name!r} may not contain '../'")
@@ -165,7 +167,11 @@ def _parse_failover(
         problems.add(f"{field} needs the failoverRegion parameter (the region to read it in)")
     if not name:
         return None
-    other = _service(name, kind, store.failover_region, f"{field}.objectName", problems)
+    # An unknown objectType was reported for the object itself; do not repeat it here.
+    known = kind if kind in _TYPES else ""
+    if kind and not known:
+        return Target(name, version, label)
+    other = _service(name, known, store.failover_region, f"{field}.objectName", problems)
     if service is not None and other is not None and other != service:
         problems.add(f"{field}.objectName: a failover object must be of the same type")
     _check_versions(service, version, label, field, problems)

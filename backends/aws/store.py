@@ -44,13 +44,13 @@ class AwsBackend:
         self._pool = ClientPool(self._options)
         self._auth = Authenticator(env, self._options, self._pool)
         self._shared = Shared(env, self._pool, asyncio.Semaphore(self._options.max_concurrency))
+        self._revalidations = env.metrics.cache_counter("aws-revalidate")
         self._held: ExpiringCache[tuple[SecretValue, int]] = ExpiringCache(
             max_entries=HELD_ENTRIES,
             max_bytes=HELD_BYTES,
             size_of=lambda held: len(held[0].content),
-            on_event=env.metrics.cache_counter("aws-revalidate"),
+            on_event=self._revalidations,
         )
-        self._revalidations = env.metrics.cache_counter("aws-revalidate")
         #: (identity key, ref) whose DescribeSecret was denied: not revalidated for a while.
         self._undescribable: ExpiringCache[bool] = ExpiringCache(max_entries=HELD_ENTRIES)
 

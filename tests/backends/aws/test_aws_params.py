@@ -227,6 +227,35 @@ def test_aws_every_problem_is_reported_at_once() -> None:
     assert any("objects[2].objectType" in p for p in problems)
 
 
+def test_aws_failover_object_inherits_the_label() -> None:
+    plan = parse(
+        {
+            "failoverRegion": "us-east-2",
+            "objects": f"""
+              - {{{OBJ}, objectAlias: a, objectVersionLabel: L,
+                 failoverObject: {{objectName: y}}}}
+              - {{{OBJ}, objectAlias: b, objectVersionLabel: L,
+                 failoverObject: {{objectName: y, objectVersionLabel: M}}}}
+            """,
+        },
+        ONLINE,
+    )
+    first, second = (spec.ref for spec in plan.objects)
+    assert isinstance(first, AwsRef) and isinstance(second, AwsRef)
+    assert first.target(1) == Target("y", label="L")
+    assert second.target(1) == Target("y", label="M")
+    assert first.target(0) == Target("x", label="L")
+
+
+def test_aws_bad_object_type_is_reported_once() -> None:
+    objects = "- {objectName: x, objectType: kms, objectAlias: a, failoverObject: {objectName: y}}"
+    with pytest.raises(InvalidParameters) as caught:
+        parse({"failoverRegion": "us-east-2", "objects": objects}, ONLINE)
+    assert caught.value.problems == [
+        "objects[0].objectType: expected secretsmanager or ssmparameter, got 'kms'"
+    ]
+
+
 def test_aws_unknown_top_level_keys_are_left_to_the_core() -> None:
     plan = parse(
         {"objects": f"- {{{OBJ}}}", "csi.storage.k8s.io/pod.name": "p", "typo": "x"}, ONLINE
