@@ -245,7 +245,7 @@ class MotoDev:
             return web.Response(status=resp.status, body=payload, headers=out)
 
     def client(self, service: str, region: str = "us-east-1") -> Any:
-        import boto3  # type: ignore[import-untyped]  # with moto (test extras); seeding only
+        import boto3  # with moto (test extras); seeding only
 
         return boto3.client(
             service,
