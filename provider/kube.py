@@ -32,7 +32,13 @@ class KubeClient:
                     try:
                         config.load_incluster_config(client_configuration=configuration)
                     except config.ConfigException:
-                        await config.load_kube_config(client_configuration=configuration)
+                        try:
+                            await config.load_kube_config(client_configuration=configuration)
+                        except (config.ConfigException, OSError) as exc:
+                            raise MissingCredential(
+                                "the Kubernetes API is not configured: not in a cluster and no "
+                                f"kubeconfig ({scrub(exc)}); set --kube-api-url"
+                            ) from None
                 self._client = client.ApiClient(configuration)
             return client.CoreV1Api(self._client)
 
