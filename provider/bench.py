@@ -17,24 +17,43 @@ import subprocess
 import sys
 import tempfile
 import time
-from collections.abc import Callable
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from protos import provider_pb2, provider_pb2_grpc
-from provider.benchrigs import Rig, make_rig
+from provider.benchrigs import Rig, make_rigs
+from provider.devstores import free_port
 from provider.server import dial
 
 
 def add_bench_flags(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--store", default="fake", choices=["fake", "openbao", "moto"])
+    p.add_argument(
+        "--store",
+        default="fake",
+        help="fake, openbao, moto, or several comma-separated (mounts alternate)",
+    )
     p.add_argument("--mounts", type=int, default=2000, help="mounts per target")
     p.add_argument("--concurrency", type=int, default=16)
     p.add_argument("--pods", type=int, default=100, help="distinct pods (names/uids)")
     p.add_argument("--identities", type=int, default=1, help="distinct service accounts")
     p.add_argument("--objects", type=int, default=5, help="objects per class")
     p.add_argument("--cache-ttl", type=float, default=0.0)
+    p.add_argument(
+        "--cold",
+        action="store_true",
+        help="no warm-up: store calls count from the provider's start",
+    )
+    p.add_argument("--no-echo", action="store_true", help="skip the echo floor (long runs)")
+    p.add_argument(
+        "--store-error-rate",
+        type=float,
+        default=0.0,
+        help="openbao: share of requests answered 429 by a proxy in front",
+    )
+    p.add_argument(
+        "--rss-every", type=int, default=0, help="sample the provider's RSS every N mounts"
+    )
     p.add_argument("--provider-arg", action="append", default=[], help="extra serve flag")
     p.add_argument("--json", metavar="FILE", help="write the results as JSON")
     p.add_argument("--plot", metavar="FILE.png", help="latency distributions (needs matplotlib)")
@@ -129,9 +148,11 @@ async def wait_ready(socket: str, proc: subprocess.Popen[bytes], limit: float = 
     raise RuntimeError("the provider did not become ready")
 
 
-def requests_for(rig: Rig, args: argparse.Namespace, make: Callable[..., Any]) -> list[Any]:
+def requests_for(rigs: list[Rig], args: argparse.Namespace) -> list[Any]:
+    """Mount requests as the driver builds them; pods (and stores) alternate."""
     out = []
     for i in range(args.mounts):
+        rig = rigs[i % len(rigs)]
         pod = i % args.pods
         identity = pod % args.identities
         attrs = {
@@ -149,16 +170,35 @@ def requests_for(rig: Rig, args: argparse.Namespace, make: Callable[..., Any]) -
                 {a: {"token": t, "expirationTimestamp": ""} for a, t in tokens.items()}
             )
         out.append(
-            make(attributes=json.dumps(attrs), secrets="null", target_path="/t", permission="420")
+            provider_pb2.MountRequest(
+                attributes=json.dumps(attrs), secrets="null", target_path="/t", permission="420"
+            )
         )
     return out
+
+
+def store_calls(rigs: list[Rig]) -> dict[str, int]:
+    calls: dict[str, int] = {}
+    for rig in rigs:
+        for name, n in rig.store_calls().items():
+            calls[f"{rig.name} {name}"] = n
+    return calls
 
 
 async def bench(args: argparse.Namespace) -> dict[str, Any]:
     with tempfile.TemporaryDirectory(prefix="sb-bench-") as tmp:
         work = Path(tmp)
-        rig = make_rig(args.store, work, objects=args.objects, identities=args.identities)
-        await rig.start()
+        health = free_port()
+        rigs = make_rigs(
+            args.store.split(","),
+            work,
+            objects=args.objects,
+            identities=args.identities,
+            health_port=health,
+            error_rate=args.store_error_rate,
+        )
+        for rig in rigs:
+            await rig.start()
         echo_sock, prov_sock = str(work / "echo.sock"), str(work / "provider.sock")
         key = work / "hmac.key"
         key.write_bytes(os.urandom(32))
@@ -171,52 +211,36 @@ async def bench(args: argparse.Namespace) -> dict[str, Any]:
             "--socket",
             prov_sock,
             "--health-addr",
-            f"127.0.0.1:{rig.free_port()}",
+            f"127.0.0.1:{health}",
             "--hmac-key-file",
             str(key),
             "--log-level",
             "warning",
             "--cache-ttl",
             str(args.cache_ttl),
-            *rig.provider_args,
+            *(a for rig in rigs for a in rig.provider_args),
             *args.provider_arg,
         ]
         started = time.monotonic()
         # The provider's log goes to a file: a failing run must not flood the report.
         provider_log = (work / "provider.log").open("wb")
-        provider = subprocess.Popen(cmd, stderr=provider_log)  # noqa: ASYNC220 - started once, before measuring
+        provider = subprocess.Popen(cmd, stderr=provider_log)  # noqa: ASYNC220 - before measuring
         try:
             await wait_ready(prov_sock, provider)
             ready = time.monotonic() - started
             rss_start = rss_mib(provider.pid)
-            requests = requests_for(rig, args, provider_pb2.MountRequest)
-            warm = requests[: min(50, len(requests))]
-            await drive(echo_sock, warm, args.concurrency, "warm", False)
-            await drive(prov_sock, warm, args.concurrency, "warm", False)
-            calls_before = rig.store_calls()
-            floor = await drive(echo_sock, requests, args.concurrency, "echo", args.progress)
-            mount = await drive(prov_sock, requests, args.concurrency, "mount", args.progress)
-            calls = _diff(rig.store_calls(), calls_before)
-            result = {
-                "store": args.store,
-                "mounts": args.mounts,
-                "concurrency": args.concurrency,
-                "pods": args.pods,
-                "identities": args.identities,
-                "objects": args.objects,
-                "cache_ttl": args.cache_ttl,
-                "provider_args": args.provider_arg,
-                "echo": floor.summary(),
-                "mount": mount.summary(),
-                "mount_errors": mount.errors,
-                "p50_ratio": mount.summary()["p50_ms"] / max(floor.summary()["p50_ms"], 1e-9),
-                "throughput_ratio": mount.summary()["throughput_per_s"]
-                / max(floor.summary()["throughput_per_s"], 1e-9),
-                "store_calls": calls,
-                "start_to_ready_s": ready,
-                "rss_mib_start": rss_start,
-                "rss_mib_end": rss_mib(provider.pid),
-            }
+            requests = requests_for(rigs, args)
+            if not args.cold:
+                warm = requests[: min(50, len(requests))]
+                await drive(echo_sock, warm, args.concurrency, "warm", False)
+                await drive(prov_sock, warm, args.concurrency, "warm", False)
+            calls_before = store_calls(rigs)
+            floor = Run("echo")
+            if not args.no_echo:
+                floor = await drive(echo_sock, requests, args.concurrency, "echo", args.progress)
+            mount, rss = await drive_sampling(prov_sock, requests, args, provider.pid)
+            calls = _diff(store_calls(rigs), calls_before)
+            result = summarize(args, floor, mount, calls, ready, rss_start, rss)
             if args.plot:
                 plot(args.plot, floor, mount, result)
             if mount.errors:
@@ -228,7 +252,63 @@ async def bench(args: argparse.Namespace) -> dict[str, Any]:
                 proc.terminate()
                 proc.wait(15)
             provider_log.close()
-            await rig.stop()
+            for rig in rigs:
+                await rig.stop()
+
+
+async def drive_sampling(
+    socket: str, requests: list[Any], args: argparse.Namespace, pid: int
+) -> tuple[Run, list[tuple[int, float]]]:
+    """The mount phase, in chunks of --rss-every mounts with an RSS sample after each."""
+    every = args.rss_every or len(requests)
+    total = Run("mount")
+    samples: list[tuple[int, float]] = []
+    for start in range(0, len(requests), every):
+        run = await drive(
+            socket, requests[start : start + every], args.concurrency, "mount", args.progress
+        )
+        total.latencies += run.latencies
+        total.seconds += run.seconds
+        for code, n in run.errors.items():
+            total.errors[code] = total.errors.get(code, 0) + n
+        samples.append((start + len(run.latencies) + sum(run.errors.values()), rss_mib(pid)))
+    return total, samples
+
+
+def summarize(
+    args: argparse.Namespace,
+    floor: Run,
+    mount: Run,
+    calls: dict[str, int],
+    ready: float,
+    rss_start: float,
+    rss: list[tuple[int, float]],
+) -> dict[str, Any]:
+    e, m = floor.summary(), mount.summary()
+    return {
+        "store": args.store,
+        "mounts": args.mounts,
+        "concurrency": args.concurrency,
+        "pods": args.pods,
+        "identities": args.identities,
+        "objects": args.objects,
+        "cache_ttl": args.cache_ttl,
+        "cold": args.cold,
+        "store_error_rate": args.store_error_rate,
+        "provider_args": args.provider_arg,
+        "echo": e,
+        "mount": m,
+        "mount_errors": mount.errors,
+        "p50_ratio": m["p50_ms"] / e["p50_ms"] if e["p50_ms"] else None,
+        "throughput_ratio": m["throughput_per_s"] / e["throughput_per_s"]
+        if e["throughput_per_s"]
+        else None,
+        "store_calls": calls,
+        "start_to_ready_s": ready,
+        "rss_mib_start": rss_start,
+        "rss_mib_samples": rss,
+        "rss_mib_end": rss[-1][1] if rss else rss_start,
+    }
 
 
 def _diff(after: dict[str, int], before: dict[str, int]) -> dict[str, int]:
@@ -257,20 +337,33 @@ def plot(path: str, floor: Run, mount: Run, result: dict[str, Any]) -> None:
 
 def report(result: dict[str, Any]) -> str:
     e, m = result["echo"], result["mount"]
-    lines = [
-        f"store={result['store']} mounts={result['mounts']} concurrency={result['concurrency']} "
-        f"pods={result['pods']} identities={result['identities']} objects={result['objects']} "
-        f"cache_ttl={result['cache_ttl']}",
-        f"{'':8}{'p50 ms':>10}{'p95 ms':>10}{'p99 ms':>10}{'req/s':>10}{'errors':>8}",
-        f"{'echo':8}{e['p50_ms']:>10.2f}{e['p95_ms']:>10.2f}{e['p99_ms']:>10.2f}"
-        f"{e['throughput_per_s']:>10.0f}{e['errors']:>8}",
-        f"{'mount':8}{m['p50_ms']:>10.2f}{m['p95_ms']:>10.2f}{m['p99_ms']:>10.2f}"
-        f"{m['throughput_per_s']:>10.0f}{m['errors']:>8}",
-        f"p50 ratio {result['p50_ratio']:.2f}x, throughput ratio {result['throughput_ratio']:.0%}",
-        f"store calls: {result['store_calls'] or 'none'}",
+    head = (
+        f"store={result['store']} mounts={result['mounts']} "
+        f"concurrency={result['concurrency']} pods={result['pods']} "
+        f"identities={result['identities']} objects={result['objects']} "
+        f"cache_ttl={result['cache_ttl']}"
+        + (" cold" if result["cold"] else "")
+        + (f" store_error_rate={result['store_error_rate']}" if result["store_error_rate"] else "")
+    )
+    lines = [head, f"{'':8}{'p50 ms':>10}{'p95 ms':>10}{'p99 ms':>10}{'req/s':>10}{'errors':>8}"]
+    for label, row in (("echo", e), ("mount", m)):
+        if row["ok"] or row["errors"]:
+            lines.append(
+                f"{label:8}{row['p50_ms']:>10.2f}{row['p95_ms']:>10.2f}"
+                f"{row['p99_ms']:>10.2f}{row['throughput_per_s']:>10.0f}"
+                f"{row['errors']:>8}"
+            )
+    if result["p50_ratio"] is not None:
+        lines.append(
+            f"p50 ratio {result['p50_ratio']:.2f}x, throughput ratio "
+            f"{result['throughput_ratio']:.0%} (mount vs echo, same run)"
+        )
+    lines.append(f"store calls: {result['store_calls'] or 'none'}")
+    samples = ", ".join(f"{n}: {mib:.0f}" for n, mib in result["rss_mib_samples"])
+    lines.append(
         f"provider: start to ready {result['start_to_ready_s']:.2f}s, RSS "
-        f"{result['rss_mib_start']:.0f} MiB at start, {result['rss_mib_end']:.0f} MiB after",
-    ]
+        f"{result['rss_mib_start']:.0f} MiB at start; after N mounts (MiB) {samples}"
+    )
     if result["mount_errors"]:
         lines.append(f"mount errors: {result['mount_errors']}")
         lines.extend("  " + line[:300] for line in result.get("provider_log_tail", []))
@@ -285,4 +378,4 @@ def run(args: argparse.Namespace) -> int:
     return 0 if not result["mount_errors"] else 1
 
 
-__all__ = ["add_bench_flags", "asdict", "run"]
+__all__ = ["add_bench_flags", "run"]

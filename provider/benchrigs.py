@@ -1,5 +1,5 @@
 """Stores for `bench`: each rig starts (or prepares) a store, seeds it, tells the provider how
-to reach it, and counts the calls the store served."""
+to reach it, and counts the calls the store served (on the store's side where it can)."""
 
 from __future__ import annotations
 
@@ -9,34 +9,33 @@ from typing import Protocol
 
 import yaml
 
-from provider.devstores import MotoDev, OpenBaoDev, PodTokens, free_port
+from provider.devstores import FaultProxy, MotoDev, OpenBaoDev, PodTokens
 
 
 class Rig(Protocol):
+    name: str
     provider_args: list[str]
     params: dict[str, str]
 
     def tokens(self, service_account: str) -> dict[str, str]: ...
     async def start(self) -> None: ...
     def store_calls(self) -> dict[str, int]: ...
-    def free_port(self) -> int: ...
     async def stop(self) -> None: ...
 
 
 class FakeRig:
-    """The in-memory fake store; calls are read from the provider's own metrics."""
+    """The in-memory fake store; its reads are read from the provider's own metrics."""
 
-    def __init__(self, work: Path, objects: int) -> None:
+    name = "fake"
+
+    def __init__(self, work: Path, objects: int, health_port: int) -> None:
         store = work / "fake-store.yaml"
         secrets = {f"s{i}": {"user": f"u{i}", "password": f"p{i}"} for i in range(objects)}
         store.write_text(yaml.safe_dump({"secrets": secrets}))
-        self.health = free_port()
+        self.health = health_port
         self.provider_args = ["--enable-fake-backend", "--fake-store-file", str(store)]
         items = [{"objectName": f"o{i}", "secretPath": f"s{i}"} for i in range(objects)]
         self.params = {"backend": "fake", "objects": yaml.safe_dump(items)}
-
-    def free_port(self) -> int:
-        return self.health
 
     def tokens(self, service_account: str) -> dict[str, str]:
         return {}
@@ -52,7 +51,7 @@ class FakeRig:
         for line in text.splitlines():
             if line.startswith('secrets_bridge_backend_calls_total{backend="fake"'):
                 total += int(float(line.rsplit(" ", 1)[1]))
-        return {"fake reads": total}
+        return {"reads": total}
 
     async def start(self) -> None:
         return None
@@ -63,13 +62,17 @@ class FakeRig:
 
 class OpenBaoRig:
     """A real OpenBao: jwt auth, one role for every bench identity, KV v2 secrets; calls
-    counted in its audit log."""
+    counted in its audit log. With an error rate, a proxy in front answers that share of
+    requests with 429 (Retry-After: 0) — a throttling Vault."""
 
-    def __init__(self, work: Path, objects: int, identities: int) -> None:
+    name = "openbao"
+
+    def __init__(self, work: Path, objects: int, identities: int, error_rate: float) -> None:
         self.bao = OpenBaoDev(work)
+        self.proxy: FaultProxy | None = None
+        self.error_rate = error_rate
         self.pod_tokens = PodTokens()
         self.objects, self.identities = objects, identities
-        self.health = free_port()
         self.provider_args: list[str] = []
         items = [
             {
@@ -95,10 +98,13 @@ class OpenBaoRig:
         for i in range(self.objects):
             await self.bao.kv_put(f"bench/s{i}", {"user": f"u{i}", "password": f"p{i}"})
         self.bao.audit_mark()
-        self.provider_args = ["--vault-addr", self.bao.url]
-
-    def free_port(self) -> int:
-        return self.health
+        url = self.bao.url
+        if self.error_rate > 0:
+            self.proxy = FaultProxy(self.bao.url)
+            self.proxy.error_rate = self.error_rate
+            await self.proxy.start()
+            url = self.proxy.url
+        self.provider_args = ["--vault-addr", url]
 
     def tokens(self, service_account: str) -> dict[str, str]:
         if service_account not in self._tokens:
@@ -107,12 +113,18 @@ class OpenBaoRig:
 
     def store_calls(self) -> dict[str, int]:
         counts = self.bao.audit_counts()
-        return {
+        calls = {
             "logins": sum(n for k, n in counts.items() if k.endswith("auth/jwt/login")),
             "reads": sum(n for k, n in counts.items() if k.startswith("read ")),
         }
+        if self.proxy is not None:
+            calls["requests"] = self.proxy.calls
+            calls["answered 429"] = self.proxy.injected
+        return calls
 
     async def stop(self) -> None:
+        if self.proxy is not None:
+            await self.proxy.stop()
         await self.bao.stop()
 
 
@@ -120,11 +132,12 @@ class MotoRig:
     """moto_server behind a counting proxy: IRSA (AssumeRoleWithWebIdentity) and Secrets
     Manager reads, counted on the wire by AWS operation."""
 
-    def __init__(self, work: Path, objects: int, identities: int) -> None:
+    name = "moto"
+
+    def __init__(self, work: Path, objects: int) -> None:
         self.moto = MotoDev(work)
         self.pod_tokens = PodTokens()
         self.objects = objects
-        self.health = free_port()
         self.provider_args: list[str] = []
         items = [
             {"objectName": f"bench-s{i}", "objectType": "secretsmanager"} for i in range(objects)
@@ -154,9 +167,6 @@ class MotoRig:
             self.moto.url,
         ]
 
-    def free_port(self) -> int:
-        return self.health
-
     def tokens(self, service_account: str) -> dict[str, str]:
         if service_account not in self._tokens:
             self._tokens[service_account] = self.pod_tokens.token(
@@ -171,11 +181,26 @@ class MotoRig:
         await self.moto.stop()
 
 
-def make_rig(store: str, work: Path, *, objects: int, identities: int) -> Rig:
-    if store == "fake":
-        return FakeRig(work, objects)
-    if store == "openbao":
-        return OpenBaoRig(work, objects, identities)
-    if store == "moto":
-        return MotoRig(work, objects, identities)
-    raise SystemExit(f"bench: unknown store {store!r}")
+STORES = ("fake", "openbao", "moto")
+
+
+def make_rigs(
+    stores: list[str],
+    work: Path,
+    *,
+    objects: int,
+    identities: int,
+    health_port: int,
+    error_rate: float = 0.0,
+) -> list[Rig]:
+    rigs: list[Rig] = []
+    for store in stores:
+        if store == "fake":
+            rigs.append(FakeRig(work, objects, health_port))
+        elif store == "openbao":
+            rigs.append(OpenBaoRig(work, objects, identities, error_rate))
+        elif store == "moto":
+            rigs.append(MotoRig(work, objects))
+        else:
+            raise SystemExit(f"bench: unknown store {store!r}; choose from {', '.join(STORES)}")
+    return rigs

@@ -30,6 +30,7 @@ class ProviderServicer(provider_pb2_grpc.CSIDriverProviderServicer):  # type: ig
     def __init__(self, *, mounter: Mounter, metrics: Metrics) -> None:
         self._mounter = mounter
         self._metrics = metrics
+        self._last_response: tuple[MountResult, provider_pb2.MountResponse] | None = None
 
     async def Version(
         self, request: provider_pb2.VersionRequest, context: grpc.aio.ServicerContext
@@ -87,12 +88,22 @@ class ProviderServicer(provider_pb2_grpc.CSIDriverProviderServicer):  # type: ig
                     }
                 },
             )
-            return _response(result)
+            return self._response(result)
         self._record(
             backend if backend in _KNOWN else "unknown", code.name, time.perf_counter() - start
         )
         await context.abort(code, message)
         raise AssertionError("unreachable: context.abort raises")
+
+    def _response(self, result: MountResult) -> provider_pb2.MountResponse:
+        """The protobuf answer; reused while the mounter hands back the same (memoized)
+        result, which is what every cached mount of one class gets."""
+        held = self._last_response
+        if held is not None and held[0] is result:
+            return held[1]
+        response = _response(result)
+        self._last_response = (result, response)
+        return response
 
     def _record(self, backend: str, code: str, seconds: float) -> None:
         self._metrics.mount_requests.labels(backend, code).inc()

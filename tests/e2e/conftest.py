@@ -5,21 +5,18 @@ from __future__ import annotations
 
 import asyncio
 import json
-import random
 from collections.abc import AsyncIterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-import aiohttp
 import pytest
 import yaml
-from aiohttp import web
 
 from backends.vault.options import Options as VaultOptions
 from protos import provider_pb2, provider_pb2_grpc
 from provider import app
-from provider.devstores import OpenBaoDev, PodTokens, free_port
+from provider.devstores import FaultProxy, OpenBaoDev, PodTokens, free_port
 from provider.settings import CoreSettings, ServeSettings
 from tests.server.conftest import driver_channel
 
@@ -27,59 +24,6 @@ OBJECTS = [
     {"objectName": f"o{i}", "secretPath": f"secret/data/e2e/s{i}", "secretKey": "pw"}
     for i in range(3)
 ]
-
-
-class FaultProxy:
-    """HTTP proxy to the store that answers a share of requests with an error, and counts."""
-
-    def __init__(self, upstream: str) -> None:
-        self.upstream = upstream
-        self.error_rate = 0.0
-        self.status = 429
-        self.retry_after: str | None = "0"
-        self.delay = 0.0
-        self.calls = 0
-        self.injected = 0
-        self.url = ""
-        self._runner: web.AppRunner | None = None
-        self._http: aiohttp.ClientSession | None = None
-        self._rng = random.Random(7)
-
-    async def start(self) -> None:
-        self._http = aiohttp.ClientSession()
-        app_ = web.Application()
-        app_.router.add_route("*", "/{tail:.*}", self._handle)
-        self._runner = web.AppRunner(app_, handle_signals=False, access_log=None)
-        await self._runner.setup()
-        port = free_port()
-        await web.TCPSite(self._runner, "127.0.0.1", port).start()
-        self.url = f"http://127.0.0.1:{port}"
-
-    async def _handle(self, request: web.Request) -> web.Response:
-        assert self._http is not None
-        self.calls += 1
-        if self.delay:
-            await asyncio.sleep(self.delay)
-        if self._rng.random() < self.error_rate:
-            self.injected += 1
-            headers = {"Retry-After": self.retry_after} if self.retry_after else {}
-            return web.json_response({"errors": ["injected"]}, status=self.status, headers=headers)
-        headers = {k: v for k, v in request.headers.items() if k.lower() != "host"}
-        async with self._http.request(
-            request.method,
-            self.upstream + request.path_qs,
-            data=await request.read(),
-            headers=headers,
-        ) as resp:
-            return web.Response(
-                status=resp.status, body=await resp.read(), content_type=resp.content_type
-            )
-
-    async def stop(self) -> None:
-        if self._runner:
-            await self._runner.cleanup()
-        if self._http:
-            await self._http.close()
 
 
 @dataclass
