@@ -24,6 +24,15 @@ _BACKOFF = wait_random_exponential(multiplier=0.1, max=4.0)
 MAX_ATTEMPTS = 6
 
 
+def retry_reason(exc: BaseException) -> str:
+    """The metrics label of a retry: "throttled" (429, Retry-After, throttling) or
+    "unavailable" (connection errors, 5xx), so dashboards can tell quota from outage."""
+    text = str(exc).lower()
+    if getattr(exc, "retry_after", None) is not None or "429" in text or "thrott" in text:
+        return "throttled"
+    return "unavailable"
+
+
 def _is_transient(exc: BaseException) -> bool:
     return isinstance(exc, BridgeError) and exc.transient
 

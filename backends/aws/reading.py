@@ -27,7 +27,7 @@ from provider.errors import (
     PermissionDenied,
     StoreUnavailable,
 )
-from provider.retrying import retry_transient
+from provider.retrying import retry_reason, retry_transient
 
 T = TypeVar("T")
 log = logging.getLogger("secrets_bridge.aws")
@@ -95,7 +95,7 @@ class Reader:
         return await retry_transient(attempt, self._ctx, on_retry=self._count_retry)
 
     def _count_retry(self, exc: BaseException) -> None:
-        self._shared.env.metrics.retries.labels("aws", type(exc).__name__).inc()
+        self._shared.env.metrics.retries.labels("aws", retry_reason(exc)).inc()
 
     async def call(
         self, service: str, region: str, operation: str, what: str, hint: str, **kwargs: Any

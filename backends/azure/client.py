@@ -31,7 +31,7 @@ from provider.errors import (
     scrub,
 )
 from provider.metrics import Metrics
-from provider.retrying import retry_transient
+from provider.retrying import retry_reason, retry_transient
 
 T = TypeVar("T")
 PFX = "application/x-pkcs12"
@@ -126,8 +126,7 @@ class VaultReader:
         return await retry_transient(attempt, self._ctx, on_retry=self._count_retry)
 
     def _count_retry(self, exc: BaseException) -> None:
-        reason = "throttled" if getattr(exc, "retry_after", None) is not None else "unavailable"
-        self._metrics.retries.labels("azure", reason).inc()
+        self._metrics.retries.labels("azure", retry_reason(exc)).inc()
 
     def _where(self, ref: AzureRef) -> str:
         version = f" (version {ref.version})" if ref.version else ""

@@ -18,7 +18,7 @@ from backends.gcp.errors import TokenRejected
 from backends.gcp.exchange import AccessToken, TokenEndpoints
 from backends.gcp.params import GcpRef
 from provider.errors import BridgeError
-from provider.retrying import retry_transient
+from provider.retrying import retry_reason, retry_transient
 
 #: Concurrent AccessSecretVersion calls per provider process (quota: 90,000/min/project).
 MAX_CONCURRENT_READS = 32
@@ -77,7 +77,7 @@ class GcpBackend:
             return [SecretValue(content=got.data, version=got.name)]
 
         def count(exc: BaseException) -> None:
-            self._env.metrics.retries.labels("gcp", type(exc).__name__).inc()
+            self._env.metrics.retries.labels("gcp", retry_reason(exc)).inc()
 
         return await retry_transient(call, ctx, on_retry=count)
 

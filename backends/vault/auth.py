@@ -17,7 +17,7 @@ from backends.base import BackendEnv, FetchContext, Identity
 from backends.vault.client import Reply, VaultHTTP, status_error
 from backends.vault.params import VaultStore
 from provider.errors import BridgeError, PermissionDenied, StoreUnavailable
-from provider.retrying import retry_transient
+from provider.retrying import retry_reason, retry_transient
 
 #: How long a token without a lease (no expiry) is kept: policy changes show within this time.
 NO_LEASE_TTL = 300.0
@@ -87,7 +87,7 @@ class Authenticator:
         return VaultToken(client_token, lease, time.monotonic()), ttl
 
     def _count_retry(self, exc: BaseException) -> None:
-        self._env.metrics.retries.labels("vault", type(exc).__name__).inc()
+        self._env.metrics.retries.labels("vault", retry_reason(exc)).inc()
 
 
 def login_doing(store: VaultStore, identity: Identity) -> str:

@@ -30,7 +30,7 @@ from backends.vault.objects import VaultRef
 from backends.vault.params import VaultStore
 from provider.errors import BridgeError, NotFound, StoreUnavailable
 from provider.identity import pod_scope, pod_token
-from provider.retrying import retry_transient
+from provider.retrying import retry_reason, retry_transient
 
 _KV2_HINT = "Invalid path for a versioned K/V"
 
@@ -139,7 +139,7 @@ class VaultBackend:
             return exc
 
     def _count_retry(self, exc: BaseException) -> None:
-        self._env.metrics.retries.labels("vault", type(exc).__name__).inc()
+        self._env.metrics.retries.labels("vault", retry_reason(exc)).inc()
 
     async def close(self) -> None:
         await self._http.close()

@@ -116,3 +116,18 @@ def test_cache_bounds_entries_and_bytes() -> None:
     assert len(cache) == 2 and events.count("evicted") == 3  # 1 + 9 bytes fit in 10
     cache.put("huge", b"z" * 11, 60)  # larger than the whole cache: not kept
     assert cache.get("huge") is None
+
+
+@pytest.mark.parametrize(
+    ("error", "reason"),
+    [
+        (StoreUnavailable("x", retry_after=1.0), "throttled"),
+        (StoreUnavailable("HTTP 429 Too Many Requests"), "throttled"),
+        (StoreUnavailable("ThrottlingException: Rate exceeded"), "throttled"),
+        (StoreUnavailable("connection refused"), "unavailable"),
+    ],
+)
+def test_retry_reasons(error: Exception, reason: str) -> None:
+    from provider.retrying import retry_reason
+
+    assert retry_reason(error) == reason
