@@ -187,3 +187,23 @@ async def test_fake_backend_is_off_unless_enabled() -> None:
         parse_plan(
             {"backend": "fake", "objects": "[]"}, options_for=lambda _n: None, enable_fake=False
         )
+
+
+async def test_oversized_request_is_refused_by_grpc(provider: Provider) -> None:
+    huge = mount_request(attributes([{"objectName": "api-key"}], padding="x" * (5 * 1024 * 1024)))
+    with pytest.raises(grpc.aio.AioRpcError) as info:
+        await provider.stub.Mount(huge, timeout=10)
+    assert info.value.code() == grpc.StatusCode.RESOURCE_EXHAUSTED
+    # The provider is still fine afterwards.
+    ok = await provider.stub.Mount(
+        mount_request(attributes([{"objectName": "api-key"}])), timeout=10
+    )
+    assert ok.files[0].contents == b"key-123"
+
+
+async def test_large_objects_parameter_is_refused_by_us(provider: Provider) -> None:
+    objects = yaml.safe_dump([{"objectName": f"o{i}", "secretPath": "x" * 60} for i in range(4000)])
+    with pytest.raises(grpc.aio.AioRpcError) as info:
+        await provider.stub.Mount(mount_request(attributes(objects)), timeout=10)
+    assert info.value.code() == grpc.StatusCode.INVALID_ARGUMENT
+    assert "objects:" in info.value.details() and "limit" in info.value.details()
