@@ -6,6 +6,7 @@ unless every object and template succeeded and every path passed the driver's ru
 
 from __future__ import annotations
 
+import logging
 import time
 from collections import OrderedDict
 from collections.abc import Callable, Hashable, Mapping, Sequence
@@ -19,6 +20,8 @@ from provider.fetching import Fetcher
 from provider.files import File, ObjectVersion, overlap_problems, path_problem
 from provider.planning import KUBELET_PREFIX, MountPlan, parse_plan
 from provider.versions import Versioner
+
+log = logging.getLogger("secrets_bridge.mounting")
 
 #: The kubelet gives NodePublish about two minutes; used when the caller set no deadline.
 DEFAULT_DEADLINE = 120.0
@@ -83,6 +86,17 @@ class Mounter:
             max_objects=self._max_objects,
         )
         self._plans[key] = plan
+        if plan.warnings:
+            # Once per distinct class (plans are cached): likely typos, unused parameters.
+            log.warning(
+                "class parameters need attention",
+                extra={
+                    "fields": {
+                        "class": params.get("secretProviderClass", ""),
+                        "warnings": list(plan.warnings),
+                    }
+                },
+            )
         if len(self._plans) > PLAN_CACHE_SIZE:
             self._plans.popitem(last=False)
         return plan
