@@ -1,8 +1,13 @@
-"""Builders shared by tests: a BackendEnv and a Pod, as the composition root would make them."""
+"""Builders shared by tests: a BackendEnv and a Pod as the composition root makes them, a
+MountRequest as the driver builds it, and a provider serving on a socket."""
 
 from __future__ import annotations
 
+import contextlib
 import time
+from collections.abc import AsyncIterator
+from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 from backends.base import BackendEnv, FetchContext, Pod, PodToken
@@ -44,3 +49,98 @@ def make_pod(
 def fetch_ctx(seconds: float = 30.0) -> FetchContext:
     now = time.monotonic()
     return FetchContext(deadline=now + seconds, retry_deadline=now + seconds / 3)
+
+
+def driver_request(
+    parameters: dict[str, str],
+    *,
+    tokens: dict[str, str] | None = None,
+    namespace: str = "default",
+    service_account: str = "app",
+    pod: str = "app-0",
+    secrets: str = "null",
+    permission: str = "420",
+    spc: str = "spc",
+) -> Any:
+    """A MountRequest as the driver builds it: SPC parameters, the kubelet's pod keys, and the
+    tokens JSON inside the attributes JSON (SPEC §1)."""
+    import json
+
+    from protos import provider_pb2
+
+    attrs = {
+        **parameters,
+        "secretProviderClass": spc,
+        "csi.storage.k8s.io/pod.name": pod,
+        "csi.storage.k8s.io/pod.namespace": namespace,
+        "csi.storage.k8s.io/pod.uid": f"uid-{pod}",
+        "csi.storage.k8s.io/serviceAccount.name": service_account,
+        "csi.storage.k8s.io/ephemeral": "true",
+    }
+    if tokens:
+        attrs["csi.storage.k8s.io/serviceAccount.tokens"] = json.dumps(
+            {
+                a: {"token": t, "expirationTimestamp": "2030-01-01T00:00:00Z"}
+                for a, t in tokens.items()
+            }
+        )
+    return provider_pb2.MountRequest(
+        attributes=json.dumps(attrs), secrets=secrets, target_path="/t", permission=permission
+    )
+
+
+@dataclass
+class Serving:
+    """A provider serving on a Unix socket in the test's loop, and a driver-like stub."""
+
+    socket: str
+    stub: Any
+    health: str
+
+
+@contextlib.asynccontextmanager
+async def serving(
+    tmp_path: Path,
+    *,
+    backend_options: dict[str, Any],
+    core: CoreSettings | None = None,
+    grace_period: float = 2.0,
+) -> AsyncIterator[Serving]:
+    """`app.serve` as the DaemonSet runs it (HMAC key file, health port), stopped at the end."""
+    import asyncio
+
+    import grpc
+
+    from protos import provider_pb2_grpc
+    from provider import app
+    from provider.devstores import free_port
+    from provider.settings import ServeSettings
+
+    key = tmp_path / "hmac.key"
+    key.write_bytes(b"0123456789abcdef0123456789abcdef")
+    port = free_port()
+    settings = ServeSettings(
+        socket=str(tmp_path / "provider.sock"),
+        health_addr=f"127.0.0.1:{port}",
+        grace_period=grace_period,
+        hmac_key_file=str(key),
+        core=core or CoreSettings(),
+        backend_options=backend_options,
+    )
+    ready, stop = asyncio.Event(), asyncio.Event()
+    task = asyncio.create_task(app.serve(settings, ready=ready, stop=stop))
+    await asyncio.wait_for(ready.wait(), 10)
+    # The driver's dial options: insecure, authority `localhost`.
+    channel = grpc.aio.insecure_channel(
+        f"unix://{settings.socket}", options=[("grpc.default_authority", "localhost")]
+    )
+    try:
+        yield Serving(
+            settings.socket,
+            provider_pb2_grpc.CSIDriverProviderStub(channel),
+            f"http://127.0.0.1:{port}",
+        )
+    finally:
+        await channel.close()
+        stop.set()
+        assert await asyncio.wait_for(task, 10) == 0

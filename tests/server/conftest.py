@@ -2,9 +2,7 @@
 
 from __future__ import annotations
 
-import asyncio
 import json
-import socket as pysocket
 from collections.abc import AsyncIterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -15,9 +13,9 @@ import pytest
 import yaml
 
 from backends.fake.options import Options as FakeOptions
-from protos import provider_pb2, provider_pb2_grpc
-from provider import app
-from provider.settings import CoreSettings, ServeSettings
+from protos import provider_pb2
+from provider.settings import CoreSettings
+from tests.helpers import serving
 
 STORE = {
     "secrets": {
@@ -27,12 +25,6 @@ STORE = {
     },
     "access": {"api-key": ["default/app", "other/app"]},
 }
-
-
-def free_port() -> int:
-    with pysocket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 def driver_channel(path: str) -> grpc.aio.Channel:
@@ -81,28 +73,9 @@ class Provider:
 async def provider(tmp_path: Path, request: pytest.FixtureRequest) -> AsyncIterator[Provider]:
     store_file = tmp_path / "store.yaml"
     store_file.write_text(yaml.safe_dump(STORE, sort_keys=False))
-    key_file = tmp_path / "hmac.key"
-    key_file.write_bytes(b"0123456789abcdef0123456789abcdef")
     core_kw = dict(getattr(request, "param", {}) or {})
     latency = core_kw.pop("fake_latency", 0.0)
-    port = free_port()
-    settings = ServeSettings(
-        socket=str(tmp_path / "provider.sock"),
-        health_addr=f"127.0.0.1:{port}",
-        grace_period=2.0,
-        hmac_key_file=str(key_file),
-        core=CoreSettings(enable_fake_backend=True, **core_kw),
-        backend_options={"fake": FakeOptions(store_file=str(store_file), latency=latency)},
-    )
-    ready, stop = asyncio.Event(), asyncio.Event()
-    task = asyncio.create_task(app.serve(settings, ready=ready, stop=stop))
-    await asyncio.wait_for(ready.wait(), 10)
-    async with driver_channel(settings.socket) as channel:
-        yield Provider(
-            settings.socket,
-            store_file,
-            provider_pb2_grpc.CSIDriverProviderStub(channel),
-            f"http://127.0.0.1:{port}",
-        )
-    stop.set()
-    assert await asyncio.wait_for(task, 10) == 0
+    options = {"fake": FakeOptions(store_file=str(store_file), latency=latency)}
+    core = CoreSettings(enable_fake_backend=True, **core_kw)
+    async with serving(tmp_path, backend_options=options, core=core) as running:
+        yield Provider(running.socket, store_file, running.stub, running.health)

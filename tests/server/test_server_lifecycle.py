@@ -15,7 +15,8 @@ import grpc
 import yaml
 
 from protos import provider_pb2, provider_pb2_grpc
-from tests.server.conftest import attributes, driver_channel, free_port, mount_request
+from provider.devstores import free_port
+from tests.server.conftest import attributes, driver_channel, mount_request
 
 
 def start_serve(tmp_path: Path, *extra: str) -> tuple[subprocess.Popen[bytes], str]:

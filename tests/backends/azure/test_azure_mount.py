@@ -2,9 +2,7 @@
 
 from __future__ import annotations
 
-import asyncio
 import base64
-import json
 from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
@@ -13,58 +11,23 @@ import grpc
 import pytest
 import yaml
 
-from protos import provider_pb2, provider_pb2_grpc
-from provider import app
-from provider.settings import CoreSettings, ServeSettings
 from tests.backends.azure import pki
 from tests.backends.azure.conftest import CLIENT, POD_TOKEN, TENANT, Azure
 from tests.backends.azure.test_azure_fetch import objects
+from tests.helpers import driver_request, serving
 
 HERE = Path(__file__).parent
 AUDIENCE = "api://AzureADTokenExchange"
 
 
 def request(parameters: dict[str, str], token: str = POD_TOKEN) -> Any:
-    tokens = {AUDIENCE: {"token": token, "expirationTimestamp": "2030-01-01T00:00:00Z"}}
-    attributes = {
-        **parameters,
-        "secretProviderClass": "azure-kvname-wi",
-        "csi.storage.k8s.io/pod.name": "app-0",
-        "csi.storage.k8s.io/pod.namespace": "default",
-        "csi.storage.k8s.io/pod.uid": "uid-0",
-        "csi.storage.k8s.io/serviceAccount.name": "app",
-        "csi.storage.k8s.io/ephemeral": "true",
-        "csi.storage.k8s.io/serviceAccount.tokens": json.dumps(tokens),
-    }
-    return provider_pb2.MountRequest(
-        attributes=json.dumps(attributes), secrets="null", target_path="/t", permission="420"
-    )
+    return driver_request(parameters, tokens={AUDIENCE: token}, spc="azure-kvname-wi")
 
 
 @pytest.fixture
 async def provider(azure: Azure, tmp_path: Path) -> AsyncIterator[Any]:
-    key = tmp_path / "hmac.key"
-    key.write_bytes(b"0123456789abcdef0123456789abcdef")
-    settings = ServeSettings(
-        socket=str(tmp_path / "p.sock"),
-        health_addr="127.0.0.1:0",
-        grace_period=1.0,
-        hmac_key_file=str(key),
-        core=CoreSettings(),
-        backend_options={"azure": azure.options},
-    )
-    ready, stop = asyncio.Event(), asyncio.Event()
-    task = asyncio.create_task(app.serve(settings, ready=ready, stop=stop))
-    await asyncio.wait_for(ready.wait(), 10)
-    channel = grpc.aio.insecure_channel(
-        f"unix://{settings.socket}", options=[("grpc.default_authority", "localhost")]
-    )
-    try:
-        yield provider_pb2_grpc.CSIDriverProviderStub(channel)
-    finally:
-        await channel.close()
-        stop.set()
-        await asyncio.wait_for(task, 10)
+    async with serving(tmp_path, backend_options={"azure": azure.options}) as provider:
+        yield provider.stub
 
 
 async def test_azure_upstream_documented_class_mounts(azure: Azure, provider: Any) -> None:

@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-import asyncio
-import json
 from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
@@ -12,63 +10,25 @@ import grpc
 import pytest
 import yaml
 
-from protos import provider_pb2, provider_pb2_grpc
-from provider import app
-from provider.settings import CoreSettings, ServeSettings
+from provider.settings import CoreSettings
 from tests.backends.gcp.conftest import Stack
 from tests.backends.gcp.fake_google import POOL
+from tests.helpers import driver_request, serving
 
 HERE = Path(__file__).parent
 KSA = "ksa:default/app"
 
 
-def attributes(parameters: dict[str, str], token: str = "pod-token-default-app") -> str:
+def request(parameters: dict[str, str], token: str = "pod-token-default-app") -> Any:
     """What the driver sends: the SPC parameters plus the kubelet's pod keys and tokens."""
-    tokens = {POOL: {"token": token, "expirationTimestamp": "2030-01-01T00:00:00Z"}}
-    return json.dumps(
-        {
-            **parameters,
-            "secretProviderClass": "app-secrets",
-            "csi.storage.k8s.io/pod.name": "app-0",
-            "csi.storage.k8s.io/pod.namespace": "default",
-            "csi.storage.k8s.io/pod.uid": "uid-0",
-            "csi.storage.k8s.io/serviceAccount.name": "app",
-            "csi.storage.k8s.io/ephemeral": "true",
-            "csi.storage.k8s.io/serviceAccount.tokens": json.dumps(tokens),
-        }
-    )
-
-
-def request(parameters: dict[str, str]) -> Any:
-    return provider_pb2.MountRequest(
-        attributes=attributes(parameters), secrets="null", target_path="/t", permission="420"
-    )
+    return driver_request(parameters, tokens={POOL: token}, spc="app-secrets")
 
 
 @pytest.fixture
 async def provider(stack: Stack, tmp_path: Path) -> AsyncIterator[Any]:
-    key = tmp_path / "hmac.key"
-    key.write_bytes(b"0123456789abcdef0123456789abcdef")
-    settings = ServeSettings(
-        socket=str(tmp_path / "p.sock"),
-        health_addr="127.0.0.1:0",
-        grace_period=1.0,
-        hmac_key_file=str(key),
-        core=CoreSettings(kube_api_url=stack.http),
-        backend_options={"gcp": stack.options},
-    )
-    ready, stop = asyncio.Event(), asyncio.Event()
-    task = asyncio.create_task(app.serve(settings, ready=ready, stop=stop))
-    await asyncio.wait_for(ready.wait(), 10)
-    channel = grpc.aio.insecure_channel(
-        f"unix://{settings.socket}", options=[("grpc.default_authority", "localhost")]
-    )
-    try:
-        yield provider_pb2_grpc.CSIDriverProviderStub(channel)
-    finally:
-        await channel.close()
-        stop.set()
-        await asyncio.wait_for(task, 10)
+    core = CoreSettings(kube_api_url=stack.http)
+    async with serving(tmp_path, backend_options={"gcp": stack.options}, core=core) as provider:
+        yield provider.stub
 
 
 async def test_gcp_upstream_class_mounts(stack: Stack, provider: Any) -> None:
