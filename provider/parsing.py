@@ -6,6 +6,7 @@ message names the SPC field (`objects[1].objectName`) and says what to do.
 
 from __future__ import annotations
 
+import difflib
 from collections.abc import Mapping
 from typing import Any, NoReturn
 
@@ -140,6 +141,27 @@ def expect_map(value: Any, field: str, problems: Problems) -> Mapping[str, Any] 
         problems.add(f"{field}: expected a map of keys to values, got {type(value).__name__}")
         return None
     return value
+
+
+def unknown_keys(
+    obj: Mapping[Any, Any],
+    known: frozenset[str],
+    where: str,
+    what: str,
+    problems: Problems,
+    refused: Mapping[str, str] | None = None,
+) -> None:
+    """Report every key of an entry that its dialect does not know, with the likely fix:
+    an upstream key we refuse says why; a near miss of a known key is suggested."""
+    for key in sorted(set(obj) - known, key=str):
+        if refused and key in refused:
+            problems.add(f"{where}.{key} is not supported by secrets-bridge: {refused[key]}")
+            continue
+        close = difflib.get_close_matches(str(key), sorted(known), n=1, cutoff=0.6)
+        if not close:
+            close = [k for k in sorted(known) if k.lower() == str(key).lower()]
+        hint = f"; did you mean {close[0]!r}?" if close else f" (known: {', '.join(sorted(known))})"
+        problems.add(f"{where}.{key} is not a parameter of {what}{hint}")
 
 
 #: Our extension keys, accepted on the objects of every dialect (SPEC §2 Extensions).

@@ -29,6 +29,7 @@ from provider.parsing import (
     expect_str,
     load_yaml,
     parse_mode,
+    unknown_keys,
 )
 
 MAX_TEMPLATE_BYTES = 1024 * 1024
@@ -71,8 +72,7 @@ def _parse_entry(
     obj = expect_map(entry, where, problems)
     if obj is None:
         return None
-    for key in sorted(set(obj) - _KEYS):
-        problems.add(f"{where}.{key} is not a template field (use {', '.join(sorted(_KEYS))})")
+    unknown_keys(obj, _KEYS, where, "a template", problems)
     path = expect_str(obj.get("path"), f"{where}.path", problems, required=True)
     mode = parse_mode(obj.get("mode"), f"{where}.mode", problems)
     text = obj.get("template")

@@ -22,6 +22,7 @@ from provider.parsing import (
     expect_map,
     expect_str,
     parse_transforms,
+    unknown_keys,
 )
 
 OBJECT_KEYS = (
@@ -56,12 +57,7 @@ def parse_object(
     obj = expect_map(entry, where, problems)
     if obj is None:
         return []
-    for key in sorted(set(obj) - OBJECT_KEYS):
-        hint = REFUSED_OBJECT_KEYS.get(key)
-        if hint:
-            problems.add(f"{where}.{key} is not supported by secrets-bridge; {hint}")
-        else:
-            problems.add(f"{where}.{key} is not a parameter of an AWS object")
+    unknown_keys(obj, OBJECT_KEYS, where, "an AWS object", problems, REFUSED_OBJECT_KEYS)
     name = expect_str(obj.get("objectName"), f"{where}.objectName", problems, required=True)
     kind = expect_str(obj.get("objectType"), f"{where}.objectType", problems)
     alias = expect_str(obj.get("objectAlias"), f"{where}.objectAlias", problems)
@@ -158,8 +154,7 @@ def _parse_failover(
     obj = expect_map(value, field, problems)
     if obj is None:
         return None
-    for key in sorted(set(obj) - FAILOVER_KEYS):
-        problems.add(f"{field}.{key} is not a parameter of failoverObject")
+    unknown_keys(obj, FAILOVER_KEYS, field, "failoverObject", problems)
     name = expect_str(obj.get("objectName"), f"{field}.objectName", problems, required=True)
     version = expect_str(obj.get("objectVersion"), f"{field}.objectVersion", problems)
     label = expect_str(obj.get("objectVersionLabel"), f"{field}.objectVersionLabel", problems)
@@ -184,8 +179,7 @@ def _parse_jmes(
     entry = expect_map(item, where, problems)
     if entry is None:
         return None
-    for key in sorted(set(entry) - JMES_KEYS):
-        problems.add(f"{where}.{key} is not a parameter of a jmesPath entry")
+    unknown_keys(entry, JMES_KEYS, where, "a jmesPath entry", problems)
     path = expect_str(entry.get("path"), f"{where}.path", problems, required=True)
     alias = expect_str(entry.get("objectAlias"), f"{where}.objectAlias", problems, required=True)
     mode = _parse_mode(entry.get("filePermission"), f"{where}.filePermission", problems)

@@ -20,6 +20,7 @@ from provider.parsing import (
     load_yaml,
     parse_mode,
     parse_transforms,
+    unknown_keys,
 )
 
 OBJECT_KEYS = (
@@ -94,11 +95,9 @@ def _object_map(entry: Any, where: str, problems: Problems) -> Mapping[str, Any]
     if not isinstance(obj, dict):
         problems.add(f"{where}: expected a YAML string holding a map of object keys")
         return None
-    for key in sorted(set(obj) - OBJECT_KEYS):
-        if key in UNSUPPORTED_OBJECT_KEYS:
-            problems.add(f"{where}.{key} is not supported: {UNSUPPORTED_OBJECT_KEYS[key]}")
-        else:
-            problems.add(f"{where}.{key} is not a parameter of an Azure Key Vault object")
+    unknown_keys(
+        obj, OBJECT_KEYS, where, "an Azure Key Vault object", problems, UNSUPPORTED_OBJECT_KEYS
+    )
     return obj
 
 

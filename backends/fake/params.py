@@ -26,6 +26,7 @@ from provider.parsing import (
     parse_mode,
     parse_transforms,
     unique_names,
+    unknown_keys,
 )
 
 KEYS = frozenset({"objects", "audience"})
@@ -54,8 +55,7 @@ def parse(params: Mapping[str, str], ctx: ParseContext) -> StorePlan:
         obj = expect_map(entry, where, problems)
         if obj is None:
             continue
-        for key in sorted(set(obj) - OBJECT_KEYS):
-            problems.add(f"{where}.{key} is not a parameter of the fake backend")
+        unknown_keys(obj, OBJECT_KEYS, where, "a fake object", problems)
         name = expect_str(obj.get("objectName"), f"{where}.objectName", problems, required=True)
         path = expect_str(obj.get("secretPath"), f"{where}.secretPath", problems) or name
         mode = parse_mode(obj.get("filePermission"), f"{where}.filePermission", problems)

@@ -32,6 +32,7 @@ from provider.parsing import (
     parse_mode,
     parse_transforms,
     unique_names,
+    unknown_keys,
 )
 
 KEYS = frozenset({"secrets", "auth"})
@@ -126,11 +127,7 @@ def _parse_entry(entry: Any, i: int, problems: Problems) -> ObjectSpec | None:
     obj = expect_map(entry, where, problems)
     if obj is None:
         return None
-    for key in sorted(set(obj) - OBJECT_KEYS):
-        problems.add(
-            f"{where}.{key} is not a parameter of the gcp backend (expected resourceName, path "
-            "or fileName, mode, extractJSONKey or extractYAMLKey)"
-        )
+    unknown_keys(obj, OBJECT_KEYS, where, "a gcp secrets entry", problems)
     name = expect_str(obj.get("resourceName"), f"{where}.resourceName", problems, required=True)
     ref = _parse_resource(name, f"{where}.resourceName", problems) if name else None
     path = expect_str(obj.get("path"), f"{where}.path", problems)

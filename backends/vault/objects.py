@@ -30,6 +30,7 @@ from provider.parsing import (
     parse_mode,
     parse_transforms,
     unique_names,
+    unknown_keys,
 )
 
 OBJECT_KEYS = (
@@ -86,8 +87,7 @@ def _parse_object(entry: Any, i: int, problems: Problems) -> ObjectSpec | None:
     obj = expect_map(entry, where, problems)
     if obj is None:
         return None
-    for key in sorted(set(obj) - OBJECT_KEYS, key=str):
-        problems.add(f"{where}.{key} is not a vault object parameter")
+    unknown_keys(obj, OBJECT_KEYS, where, "a vault object", problems)
     name = expect_str(obj.get("objectName"), f"{where}.objectName", problems, required=True)
     ref = _parse_ref(obj, where, problems)
     key = expect_str(obj.get("secretKey"), f"{where}.secretKey", problems)

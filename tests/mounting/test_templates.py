@@ -89,7 +89,14 @@ async def test_template_versions_follow_their_inputs(harness: Harness) -> None:
         ({"path": "../t", "template": "x"}, "templates[0].path"),
         ({"path": "api-key", "template": "x"}, "two files would be written to 'api-key'"),
         ({"template": "x"}, "templates[0].path is required"),
-        ({"path": "t", "template": "x", "owner": "root"}, "templates[0].owner is not a template"),
+        (
+            {"path": "t", "template": "x", "owner": "root"},
+            "templates[0].owner is not a parameter of a template (known: format, mode, objects",
+        ),
+        (
+            {"path": "t", "templte": "x"},
+            "templates[0].templte is not a parameter of a template; did you mean 'template'?",
+        ),
     ],
 )
 async def test_template_errors(harness: Harness, entry: dict[str, object], text: str) -> None:

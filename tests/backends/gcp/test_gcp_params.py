@@ -193,7 +193,8 @@ MALFORMED = [
     ),
     (
         {"secrets": f"- {{resourceName: {GOOD}, path: a, resourcename: x}}"},
-        "secrets[0].resourcename is not a parameter of the gcp backend",
+        "secrets[0].resourcename is not a parameter of a gcp secrets entry; "
+        "did you mean 'resourceName'?",
     ),
     (
         {"secrets": f"- {{resourceName: {GOOD}, path: a, fileName: b}}"},
