@@ -11,7 +11,7 @@ import pytest
 import yaml
 
 ROOT = Path(__file__).resolve().parents[2]
-EXAMPLES = ROOT / "examples"
+EXAMPLES = Path(__file__).parent / "data"
 
 
 def cli(*args: str) -> subprocess.CompletedProcess[str]:
