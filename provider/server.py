@@ -88,6 +88,14 @@ class ProviderServicer(provider_pb2_grpc.CSIDriverProviderServicer):  # type: ig
                     }
                 },
             )
+            # Versions are readable in the pod's namespace; logged so the suite's leak guard
+            # checks them too (they are HMACs or store version ids, never content).
+            log.debug(
+                "mount answer",
+                extra={
+                    "fields": {**fields, "versions": {v.id: v.version for v in result.versions}}
+                },
+            )
             return self._response(result)
         self._record(
             backend if backend in _KNOWN else "unknown", code.name, time.perf_counter() - start

@@ -140,6 +140,14 @@ async def serving(
             provider_pb2_grpc.CSIDriverProviderStub(channel),
             f"http://127.0.0.1:{port}",
         )
+        # Metric labels never carry secret material, whatever the test did.
+        import aiohttp
+
+        from tests.leaks import leaks_in_text
+
+        async with aiohttp.ClientSession() as http:
+            async with http.get(f"http://127.0.0.1:{port}/metrics") as resp:
+                assert not leaks_in_text(await resp.text()), "secret material in /metrics"
     finally:
         await channel.close()
         stop.set()
