@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Iterator
+from typing import Any
 from contextlib import contextmanager
 
 from prometheus_client import CollectorRegistry, Counter, Histogram, generate_latest
@@ -79,9 +80,16 @@ class Metrics:
 
 
 class _CacheCounter:
+    """Counts one cache's events; label children are looked up once (this is on the path of
+    every cached mount)."""
+
     def __init__(self, metrics: Metrics, cache: str) -> None:
         self._metrics = metrics
         self._cache = cache
+        self._children: dict[str, Any] = {}
 
     def __call__(self, event: str) -> None:
-        self._metrics.cache_events.labels(self._cache, event).inc()
+        child = self._children.get(event)
+        if child is None:
+            child = self._children[event] = self._metrics.cache_events.labels(self._cache, event)
+        child.inc()
