@@ -112,6 +112,10 @@ class Fetcher:
                     del self._waiters[task]
                     if not task.done():
                         task.cancel()
+                        # Forget it now, so a caller arriving before the cancellation lands
+                        # starts a fresh read instead of joining a dying one.
+                        for key in [k for k, (_f, t) in self._inflight.items() if t is task]:
+                            del self._inflight[key]
         return results
 
     async def _load(
@@ -142,8 +146,10 @@ class Fetcher:
             self._fail(mine, exc)
             return
         finally:
-            for ref in mine:
-                self._inflight.pop((identity.key, ref), None)
+            for ref, future in mine.items():
+                held = self._inflight.get((identity.key, ref))
+                if held is not None and held[0] is future:  # not a newer load's entry
+                    del self._inflight[(identity.key, ref)]
         for ref, future in mine.items():
             result = fetched.get(ref)
             if result is None:
