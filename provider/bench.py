@@ -24,6 +24,7 @@ from typing import Any
 from protos import provider_pb2, provider_pb2_grpc
 from provider.benchrigs import Rig, make_rigs
 from provider.devstores import free_port
+from provider.driver import kubelet_keys
 from provider.server import dial
 
 
@@ -158,17 +159,14 @@ def requests_for(rigs: list[Rig], args: argparse.Namespace) -> list[Any]:
         attrs = {
             **rig.params,
             "secretProviderClass": "bench",
-            "csi.storage.k8s.io/pod.name": f"pod-{pod}",
-            "csi.storage.k8s.io/pod.namespace": "bench",
-            "csi.storage.k8s.io/pod.uid": f"uid-{pod}",
-            "csi.storage.k8s.io/serviceAccount.name": f"sa-{identity}",
-            "csi.storage.k8s.io/ephemeral": "true",
+            **kubelet_keys(
+                pod_name=f"pod-{pod}",
+                namespace="bench",
+                uid=f"uid-{pod}",
+                service_account=f"sa-{identity}",
+                tokens=rig.tokens(f"sa-{identity}"),
+            ),
         }
-        tokens = rig.tokens(f"sa-{identity}")
-        if tokens:
-            attrs["csi.storage.k8s.io/serviceAccount.tokens"] = json.dumps(
-                {a: {"token": t, "expirationTimestamp": ""} for a, t in tokens.items()}
-            )
         out.append(
             provider_pb2.MountRequest(
                 attributes=json.dumps(attrs), secrets="null", target_path="/t", permission="420"

@@ -82,6 +82,31 @@ def load_csidriver(path: str) -> CSIDriverRules:
     return CSIDriverRules("Ephemeral" in modes, audiences, bool(spec.get("podInfoOnMount")))
 
 
+def kubelet_keys(
+    *,
+    pod_name: str,
+    namespace: str,
+    uid: str,
+    service_account: str,
+    tokens: Mapping[str, str] | None = None,
+) -> dict[str, str]:
+    """What the kubelet adds to an inline volume's context: the pod's identity and, when the
+    CSIDriver requests tokens, their JSON — a string inside the attributes JSON (SPEC §1)."""
+    keys = {
+        "csi.storage.k8s.io/pod.name": pod_name,
+        "csi.storage.k8s.io/pod.namespace": namespace,
+        "csi.storage.k8s.io/pod.uid": uid,
+        "csi.storage.k8s.io/serviceAccount.name": service_account,
+        "csi.storage.k8s.io/ephemeral": "true",
+    }
+    if tokens:
+        expiry = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(time.time() + 3600))
+        keys["csi.storage.k8s.io/serviceAccount.tokens"] = json.dumps(
+            {aud: {"token": tok, "expirationTimestamp": expiry} for aud, tok in tokens.items()}
+        )
+    return keys
+
+
 def build_request(
     cls: spc.SecretProviderClass,
     args: argparse.Namespace,
@@ -96,21 +121,17 @@ def build_request(
             raise InvalidParameters(f"--volume-attribute {item!r}: expected KEY=VALUE")
         attributes[key] = value
     attributes["secretProviderClass"] = cls.name
-    if rules is None or rules.pod_info:
-        attributes.update(
-            {
-                "csi.storage.k8s.io/pod.name": args.pod_name,
-                "csi.storage.k8s.io/pod.namespace": args.namespace or cls.namespace,
-                "csi.storage.k8s.io/pod.uid": args.pod_uid or str(uuid.uuid4()),
-                "csi.storage.k8s.io/serviceAccount.name": args.service_account,
-                "csi.storage.k8s.io/ephemeral": "true",
-            }
-        )
-    if tokens:
-        expiry = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(time.time() + 3600))
-        attributes["csi.storage.k8s.io/serviceAccount.tokens"] = json.dumps(
-            {aud: {"token": tok, "expirationTimestamp": expiry} for aud, tok in tokens.items()}
-        )
+    pod = kubelet_keys(
+        pod_name=args.pod_name,
+        namespace=args.namespace or cls.namespace,
+        uid=args.pod_uid or str(uuid.uuid4()),
+        service_account=args.service_account,
+        tokens=tokens,
+    )
+    if rules is not None and not rules.pod_info:
+        # Without podInfoOnMount the kubelet sends tokens but not the pod's keys.
+        pod = {k: v for k, v in pod.items() if k.endswith("serviceAccount.tokens")}
+    attributes.update(pod)
     secrets = "null"
     if args.node_publish_secret:
         with open(args.node_publish_secret, encoding="utf-8") as fh:

@@ -67,23 +67,19 @@ def driver_request(
     import json
 
     from protos import provider_pb2
+    from provider.driver import kubelet_keys
 
     attrs = {
         **parameters,
         "secretProviderClass": spc,
-        "csi.storage.k8s.io/pod.name": pod,
-        "csi.storage.k8s.io/pod.namespace": namespace,
-        "csi.storage.k8s.io/pod.uid": f"uid-{pod}",
-        "csi.storage.k8s.io/serviceAccount.name": service_account,
-        "csi.storage.k8s.io/ephemeral": "true",
+        **kubelet_keys(
+            pod_name=pod,
+            namespace=namespace,
+            uid=f"uid-{pod}",
+            service_account=service_account,
+            tokens=tokens,
+        ),
     }
-    if tokens:
-        attrs["csi.storage.k8s.io/serviceAccount.tokens"] = json.dumps(
-            {
-                a: {"token": t, "expirationTimestamp": "2030-01-01T00:00:00Z"}
-                for a, t in tokens.items()
-            }
-        )
     return provider_pb2.MountRequest(
         attributes=json.dumps(attrs), secrets=secrets, target_path="/t", permission=permission
     )

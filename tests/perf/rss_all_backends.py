@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import json
 import os
 import ssl
 import subprocess
@@ -25,7 +24,6 @@ from pathlib import Path
 import yaml
 from aiohttp import web
 
-from protos import provider_pb2
 from provider.bench import Run, drive, rss_mib, wait_ready
 from provider.benchrigs import MotoRig, OpenBaoRig
 from provider.devstores import free_port
@@ -33,6 +31,7 @@ from tests.backends.azure import pki
 from tests.backends.azure.fake_azure import AUTHORITY, SUFFIX, FakeAzure
 from tests.backends.azure.fake_azure import start as start_azure
 from tests.backends.gcp.fake_google import POOL, FakeGoogle, http_app, start_secret_manager
+from tests.helpers import driver_request
 
 OBJECTS = 5
 TENANT = "11111111-2222-3333-4444-555555555555"
@@ -118,19 +117,13 @@ async def azure(work: Path) -> tuple[list[str], dict[str, str], dict[str, str], 
 
 
 def request(params: dict[str, str], tokens: dict[str, str], i: int) -> object:
-    attrs = {
-        **params,
-        "secretProviderClass": "bench",
-        "csi.storage.k8s.io/pod.name": f"pod-{i % 100}",
-        "csi.storage.k8s.io/pod.namespace": "bench",
-        "csi.storage.k8s.io/pod.uid": f"uid-{i % 100}",
-        "csi.storage.k8s.io/serviceAccount.name": "sa-0",
-        "csi.storage.k8s.io/serviceAccount.tokens": json.dumps(
-            {a: {"token": t, "expirationTimestamp": ""} for a, t in tokens.items()}
-        ),
-    }
-    return provider_pb2.MountRequest(
-        attributes=json.dumps(attrs), secrets="null", target_path="/t", permission="420"
+    return driver_request(
+        params,
+        tokens=tokens,
+        namespace="bench",
+        service_account="sa-0",
+        pod=f"pod-{i % 100}",
+        spc="bench",
     )
 
 

@@ -14,6 +14,7 @@ import yaml
 
 from backends.fake.options import Options as FakeOptions
 from protos import provider_pb2
+from provider.driver import kubelet_keys
 from provider.settings import CoreSettings
 from tests.helpers import serving
 
@@ -39,11 +40,7 @@ def attributes(objects: list[dict[str, Any]] | str, **extra: str) -> str:
         "backend": "fake",
         "objects": objects if isinstance(objects, str) else yaml.safe_dump(objects),
         "secretProviderClass": "spc",
-        "csi.storage.k8s.io/pod.name": "app-0",
-        "csi.storage.k8s.io/pod.namespace": "default",
-        "csi.storage.k8s.io/pod.uid": "uid-0",
-        "csi.storage.k8s.io/serviceAccount.name": "app",
-        "csi.storage.k8s.io/ephemeral": "true",
+        **kubelet_keys(pod_name="app-0", namespace="default", uid="uid-0", service_account="app"),
     }
     attrs.update(extra)
     return json.dumps(attrs)
