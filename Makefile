@@ -24,12 +24,13 @@ lint: install
 	$(BIN)/ruff check .
 	$(BIN)/ruff format --check .
 	$(BIN)/mypy
+	$(BIN)/lint-imports
 
 test: install tools lint
 	$(BIN)/pytest -q
 
 demo: install
-	$(BIN)/secrets-bridge demo
+	$(BIN)/python -m devkit.demo
 
 protos: install
 	$(BIN)/python -m grpc_tools.protoc -I. --python_out=. --grpc_python_out=. --pyi_out=. protos/provider.proto

@@ -11,7 +11,7 @@ import importlib.util
 from types import ModuleType
 from typing import Any
 
-from backends.base import Backend, BackendEnv
+from provider.core.model import Backend, BackendEnv
 
 PACKAGES: dict[str, str] = {
     "vault": "backends.vault",
@@ -27,8 +27,8 @@ def names() -> list[str]:
     return [n for n, pkg in PACKAGES.items() if importlib.util.find_spec(pkg) is not None]
 
 
-def params_module(name: str) -> ModuleType:
-    return importlib.import_module(f"{PACKAGES[name]}.params")
+def dialect_module(name: str) -> ModuleType:
+    return importlib.import_module(f"{PACKAGES[name]}.dialect")
 
 
 def options_class(name: str) -> type[Any] | None:

@@ -14,7 +14,7 @@ from collections.abc import Iterator
 
 import pytest
 
-from provider.logs import JsonFormatter
+from provider.edge.logs import JsonFormatter
 from tests.leaks import leaks_in_text
 
 _FORMAT = JsonFormatter()

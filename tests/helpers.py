@@ -10,11 +10,11 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from backends.base import BackendEnv, FetchContext, Pod, PodToken
-from provider.caching import ExpiringCache
-from provider.kube import KubeClient
-from provider.metrics import Metrics
-from provider.settings import CoreSettings
+from provider.core.caching import ExpiringCache
+from provider.core.kube import KubeClient
+from provider.core.metrics import Metrics
+from provider.core.model import BackendEnv, FetchContext, Pod, PodToken
+from provider.core.settings import CoreSettings
 
 
 def make_env(name: str, options: Any = None, **core: Any) -> BackendEnv:
@@ -67,7 +67,7 @@ def driver_request(
     import json
 
     from protos import provider_pb2
-    from provider.driver import kubelet_keys
+    from provider.cli.mount import kubelet_keys
 
     attrs = {
         **parameters,
@@ -107,10 +107,10 @@ async def serving(
 
     import grpc
 
+    from devkit.devstores import free_port
     from protos import provider_pb2_grpc
-    from provider import app
-    from provider.devstores import free_port
-    from provider.settings import ServeSettings
+    from provider.core.settings import ServeSettings
+    from provider.edge import app
 
     key = tmp_path / "hmac.key"
     key.write_bytes(b"0123456789abcdef0123456789abcdef")

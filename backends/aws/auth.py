@@ -23,11 +23,11 @@ from backends.aws.clients import ClientPool, Credentials
 from backends.aws.errors import translated
 from backends.aws.options import POD_IDENTITY_IPV4, POD_IDENTITY_IPV6, Options
 from backends.aws.refs import AwsStore
-from backends.base import BackendEnv, FetchContext, Identity, Pod, identity_key
-from provider.caching import ExpiringCache
-from provider.errors import BridgeError, PermissionDenied, StoreUnavailable, scrub
-from provider.identity import pod_scope, pod_token, require_node_identity
-from provider.retrying import retry_transient
+from provider.core.caching import ExpiringCache
+from provider.core.errors import BridgeError, PermissionDenied, StoreUnavailable, scrub
+from provider.core.identity import pod_scope, pod_token, require_node_identity
+from provider.core.model import BackendEnv, FetchContext, Identity, Pod, identity_key
+from provider.core.retrying import retry_transient
 
 IRSA_AUDIENCE = "sts.amazonaws.com"
 POD_IDENTITY_AUDIENCE = "pods.eks.amazonaws.com"

@@ -13,8 +13,8 @@ import re
 from typing import Any
 
 from backends.aws.refs import AwsRef, AwsStore, Service, Target
-from backends.base import ObjectSpec, Transforms
-from provider.parsing import (
+from provider.core.model import ObjectSpec, Transforms
+from provider.core.parsing import (
     TRANSFORM_KEYS,
     Problems,
     check_jmespath,

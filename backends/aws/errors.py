@@ -13,7 +13,7 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import Any
 
-from provider.errors import (
+from provider.core.errors import (
     BridgeError,
     InvalidParameters,
     MissingCredential,

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from provider.errors import InvalidParameters
+from provider.core.errors import InvalidParameters
 
 #: The EKS Pod Identity agent's link-local addresses (upstream defaults).
 POD_IDENTITY_IPV4 = "http://169.254.170.23/v1/credentials"

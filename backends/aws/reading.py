@@ -19,15 +19,15 @@ from backends.aws.auth import Login
 from backends.aws.clients import ClientPool, Credentials
 from backends.aws.errors import STALE_CREDENTIALS, AwsDenied, translated
 from backends.aws.refs import AwsRef, AwsStore, Target
-from backends.base import BackendEnv, FetchContext, Fetched, Identity, SecretValue
-from provider.errors import (
+from provider.core.errors import (
     BridgeError,
     DeadlineExceeded,
     NotFound,
     PermissionDenied,
     StoreUnavailable,
 )
-from provider.retrying import retry_reason, retry_transient
+from provider.core.model import BackendEnv, FetchContext, Fetched, Identity, SecretValue
+from provider.core.retrying import retry_reason, retry_transient
 
 T = TypeVar("T")
 log = logging.getLogger("secrets_bridge.aws")

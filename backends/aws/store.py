@@ -18,7 +18,9 @@ from backends.aws.errors import STALE_CREDENTIALS, AwsDenied
 from backends.aws.options import Options
 from backends.aws.reading import Reader, Shared, pack
 from backends.aws.refs import AwsRef, AwsStore
-from backends.base import (
+from provider.core.caching import ExpiringCache
+from provider.core.errors import BridgeError, PermissionDenied
+from provider.core.model import (
     BackendEnv,
     FetchContext,
     Fetched,
@@ -27,8 +29,6 @@ from backends.base import (
     SecretValue,
     StorePlan,
 )
-from provider.caching import ExpiringCache
-from provider.errors import BridgeError, PermissionDenied
 
 #: Bounds of the values held for revalidation (they live in memory only).
 HELD_ENTRIES = 10_000

@@ -21,18 +21,18 @@ import time
 from dataclasses import dataclass, field
 from typing import Any
 
+from backends.azure.dialect import CLOUDS, AzureStore
 from backends.azure.options import Options
-from backends.azure.params import CLOUDS, AzureStore
-from backends.base import BackendEnv, Identity, Pod, credential_hash, identity_key
-from provider.caching import ExpiringCache
-from provider.errors import (
+from provider.core.caching import ExpiringCache
+from provider.core.errors import (
     InvalidParameters,
     MissingCredential,
     PermissionDenied,
     StoreUnavailable,
     scrub,
 )
-from provider.identity import pod_scope, pod_token, require_node_identity
+from provider.core.identity import pod_scope, pod_token, require_node_identity
+from provider.core.model import BackendEnv, Identity, Pod, credential_hash, identity_key
 
 AUDIENCE = "api://AzureADTokenExchange"
 

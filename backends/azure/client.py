@@ -20,8 +20,7 @@ from typing import Any, TypeVar
 from backends.azure import certs
 from backends.azure.auth import AssertionSource, CheckedCredential, EntraUnavailable
 from backends.azure.objects import AzureRef
-from backends.base import FetchContext, Identity, SecretValue
-from provider.errors import (
+from provider.core.errors import (
     BridgeError,
     DeadlineExceeded,
     InvalidParameters,
@@ -30,8 +29,9 @@ from provider.errors import (
     StoreUnavailable,
     scrub,
 )
-from provider.metrics import Metrics
-from provider.retrying import retry_reason, retry_transient
+from provider.core.metrics import Metrics
+from provider.core.model import FetchContext, Identity, SecretValue
+from provider.core.retrying import retry_reason, retry_transient
 
 T = TypeVar("T")
 PFX = "application/x-pkcs12"

@@ -11,8 +11,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any, Literal
 
-from backends.base import ObjectSpec, ParseContext, Transforms
-from provider.parsing import (
+from provider.core.model import ObjectSpec, ParseContext, Transforms
+from provider.core.parsing import (
     TRANSFORM_KEYS,
     Problems,
     expect_list,

@@ -13,11 +13,11 @@ from typing import Any
 
 from backends.azure import auth
 from backends.azure.client import VaultReader, VaultSession
+from backends.azure.dialect import AzureStore
 from backends.azure.objects import AzureRef
-from backends.azure.params import AzureStore
 from backends.azure.transport import SharedSession
-from backends.base import BackendEnv, FetchContext, Fetched, Identity, Pod, StorePlan
-from provider.errors import BridgeError
+from provider.core.errors import BridgeError
+from provider.core.model import BackendEnv, FetchContext, Fetched, Identity, Pod, StorePlan
 
 #: How long a session is reused before it is rebuilt (its credential refreshes tokens itself).
 SESSION_TTL = 3000.0

@@ -21,7 +21,16 @@ from typing import Any
 
 import yaml
 
-from backends.base import (
+from backends.fake.dialect import FakeRef, FakeStore
+from provider.core.errors import (
+    BridgeError,
+    InvalidParameters,
+    NotFound,
+    PermissionDenied,
+    StoreUnavailable,
+)
+from provider.core.identity import pod_scope, pod_token
+from provider.core.model import (
     BackendEnv,
     FetchContext,
     Fetched,
@@ -31,15 +40,6 @@ from backends.base import (
     StorePlan,
     identity_key,
 )
-from backends.fake.params import FakeRef, FakeStore
-from provider.errors import (
-    BridgeError,
-    InvalidParameters,
-    NotFound,
-    PermissionDenied,
-    StoreUnavailable,
-)
-from provider.identity import pod_scope, pod_token
 
 
 class FakeBackend:

@@ -22,14 +22,14 @@ import time
 from dataclasses import dataclass, field
 from typing import Any
 
-from backends.base import BackendEnv, FetchContext, Identity, Pod, StorePlan, credential_hash
-from backends.base import identity_key as make_key
+from backends.gcp.dialect import Audience, GcpStore
 from backends.gcp.errors import translated
 from backends.gcp.exchange import GSA_ANNOTATION, SCOPE, AccessToken, TokenEndpoints
-from backends.gcp.params import Audience, GcpStore
-from provider.errors import InvalidParameters, MissingCredential, scrub
-from provider.identity import pod_scope, pod_token, require_node_identity
-from provider.retrying import retry_transient
+from provider.core.errors import InvalidParameters, MissingCredential, scrub
+from provider.core.identity import pod_scope, pod_token, require_node_identity
+from provider.core.model import BackendEnv, FetchContext, Identity, Pod, StorePlan, credential_hash
+from provider.core.model import identity_key as make_key
+from provider.core.retrying import retry_transient
 
 DELEGATES_ANNOTATION = "iam.gke.io/gcp-service-account-delegates"
 KEY_FILE = "key.json"

@@ -22,9 +22,9 @@ from google.cloud.secretmanager_v1.services.secret_manager_service.transports im
     SecretManagerServiceGrpcAsyncIOTransport,
 )
 
+from backends.gcp.dialect import GcpRef
 from backends.gcp.errors import translated
-from backends.gcp.params import GcpRef
-from provider.errors import DeadlineExceeded, StoreUnavailable
+from provider.core.errors import DeadlineExceeded, StoreUnavailable
 
 # The generated client logs every call's metadata (our bearer token) and response (the secret)
 # whenever its logger is enabled for DEBUG, and google-auth logs token requests the same way.

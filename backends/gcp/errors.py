@@ -17,7 +17,7 @@ import grpc
 from google.api_core import exceptions as api
 from google.auth import exceptions as auth
 
-from provider.errors import (
+from provider.core.errors import (
     BridgeError,
     InvalidParameters,
     MissingCredential,

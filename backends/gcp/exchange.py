@@ -17,10 +17,10 @@ from typing import Any
 
 import aiohttp
 
-from backends.base import FetchContext
+from backends.gcp.dialect import Audience
 from backends.gcp.errors import http_error, translated
-from backends.gcp.params import Audience
-from provider.errors import StoreUnavailable
+from provider.core.errors import StoreUnavailable
+from provider.core.model import FetchContext
 
 SCOPE = "https://www.googleapis.com/auth/cloud-platform"
 GSA_ANNOTATION = "iam.gke.io/gcp-service-account"

@@ -11,14 +11,22 @@ from __future__ import annotations
 import asyncio
 from collections.abc import Hashable, Mapping, Sequence
 
-from backends.base import BackendEnv, FetchContext, Fetched, Identity, Pod, SecretValue, StorePlan
 from backends.gcp.auth import Authenticator
 from backends.gcp.client import SecretManager
+from backends.gcp.dialect import GcpRef
 from backends.gcp.errors import TokenRejected
 from backends.gcp.exchange import AccessToken, TokenEndpoints
-from backends.gcp.params import GcpRef
-from provider.errors import BridgeError
-from provider.retrying import retry_reason, retry_transient
+from provider.core.errors import BridgeError
+from provider.core.model import (
+    BackendEnv,
+    FetchContext,
+    Fetched,
+    Identity,
+    Pod,
+    SecretValue,
+    StorePlan,
+)
+from provider.core.retrying import retry_reason, retry_transient
 
 #: Concurrent AccessSecretVersion calls per provider process (quota: 90,000/min/project).
 MAX_CONCURRENT_READS = 32

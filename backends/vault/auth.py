@@ -13,11 +13,11 @@ import json
 import time
 from dataclasses import dataclass, field
 
-from backends.base import BackendEnv, FetchContext, Identity
 from backends.vault.client import Reply, VaultHTTP, status_error
-from backends.vault.params import VaultStore
-from provider.errors import BridgeError, PermissionDenied, StoreUnavailable
-from provider.retrying import retry_reason, retry_transient
+from backends.vault.dialect import VaultStore
+from provider.core.errors import BridgeError, PermissionDenied, StoreUnavailable
+from provider.core.model import BackendEnv, FetchContext, Identity
+from provider.core.retrying import retry_reason, retry_transient
 
 #: How long a token without a lease (no expiry) is kept: policy changes show within this time.
 NO_LEASE_TTL = 300.0

@@ -21,8 +21,8 @@ from typing import Any
 
 import aiohttp
 
-from backends.vault.params import TLSConfig
-from provider.errors import (
+from backends.vault.dialect import TLSConfig
+from provider.core.errors import (
     BridgeError,
     DeadlineExceeded,
     InvalidParameters,

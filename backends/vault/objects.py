@@ -18,9 +18,9 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from backends.base import ObjectSpec, ParseContext, Transforms
-from provider.errors import InvalidParameters
-from provider.parsing import (
+from provider.core.errors import InvalidParameters
+from provider.core.model import ObjectSpec, ParseContext, Transforms
+from provider.core.parsing import (
     TRANSFORM_KEYS,
     Problems,
     expect_list,

@@ -14,7 +14,13 @@ import time
 from collections.abc import Hashable, Mapping, Sequence
 from typing import Any
 
-from backends.base import (
+from backends.vault.auth import Authenticator, VaultToken
+from backends.vault.client import Reply, VaultHTTP, status_error
+from backends.vault.dialect import VaultStore
+from backends.vault.objects import VaultRef
+from provider.core.errors import BridgeError, NotFound, StoreUnavailable
+from provider.core.identity import pod_scope, pod_token
+from provider.core.model import (
     BackendEnv,
     FetchContext,
     Fetched,
@@ -24,13 +30,7 @@ from backends.base import (
     StorePlan,
     identity_key,
 )
-from backends.vault.auth import Authenticator, VaultToken
-from backends.vault.client import Reply, VaultHTTP, status_error
-from backends.vault.objects import VaultRef
-from backends.vault.params import VaultStore
-from provider.errors import BridgeError, NotFound, StoreUnavailable
-from provider.identity import pod_scope, pod_token
-from provider.retrying import retry_reason, retry_transient
+from provider.core.retrying import retry_reason, retry_transient
 
 _KV2_HINT = "Invalid path for a versioned K/V"
 

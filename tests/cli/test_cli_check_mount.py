@@ -16,7 +16,7 @@ EXAMPLES = Path(__file__).parent / "data"
 
 def cli(*args: str) -> subprocess.CompletedProcess[str]:
     return subprocess.run(
-        [sys.executable, "-m", "provider.cli", *args],
+        [sys.executable, "-m", "provider.cli.main", *args],
         capture_output=True,
         text=True,
         timeout=60,

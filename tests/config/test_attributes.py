@@ -6,8 +6,8 @@ import json
 
 import pytest
 
-from provider.attributes import TOKENS, parse_request
-from provider.errors import InvalidParameters
+from provider.core.errors import InvalidParameters
+from provider.edge.attributes import TOKENS, parse_request
 
 POD = {
     "csi.storage.k8s.io/pod.name": "web-1",

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from provider.files import overlap_problems, path_problem
+from provider.core.files import overlap_problems, path_problem
 
 GOOD = ["a", "a/b", "db.json", "dir/sub/file.txt", "a..b", ".hidden", "x" * 255]
 BAD = [

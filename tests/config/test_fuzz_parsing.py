@@ -15,9 +15,9 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from backends import registry
-from provider.attributes import parse_request
-from provider.errors import InvalidParameters
-from provider.planning import parse_plan
+from provider.core.errors import InvalidParameters
+from provider.edge.attributes import parse_request
+from provider.mount.planning import parse_plan
 
 FUZZ = settings(
     max_examples=150,
@@ -43,7 +43,7 @@ values = st.recursive(
 
 def object_entries(backend: str) -> st.SearchStrategy[str]:
     """YAML lists of maps using the dialect's object keys (and a few strangers)."""
-    module = registry.params_module(backend)
+    module = registry.dialect_module(backend)
     keys = sorted(
         getattr(module, "OBJECT_KEYS", frozenset())
         | {"extract", "explode", "decode", "file", "zzz"}
@@ -56,7 +56,7 @@ def object_entries(backend: str) -> st.SearchStrategy[str]:
 
 
 def params_for(backend: str) -> st.SearchStrategy[dict[str, str]]:
-    module = registry.params_module(backend)
+    module = registry.dialect_module(backend)
     keys = sorted(module.KEYS)
     text_value = st.one_of(st.text(max_size=40), values.map(lambda v: yaml.safe_dump(v)))
     base = st.dictionaries(st.sampled_from(keys), text_value, max_size=6)

@@ -6,8 +6,8 @@ import time
 
 import pytest
 
-from provider.errors import InvalidParameters
-from provider.parsing import Problems, load_yaml, parse_bool, parse_mode
+from provider.core.errors import InvalidParameters
+from provider.core.parsing import Problems, load_yaml, parse_bool, parse_mode
 
 
 @pytest.mark.parametrize(

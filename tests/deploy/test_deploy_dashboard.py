@@ -11,7 +11,7 @@ from typing import Any
 import pytest
 from prometheus_client.metrics import MetricWrapperBase
 
-from provider.metrics import Metrics
+from provider.core.metrics import Metrics
 from tests.deploy.conftest import DEPLOY, ROOT
 
 DASHBOARD = DEPLOY / "grafana-dashboard.json"

@@ -10,7 +10,7 @@ from typing import Any
 import kubernetes_validate
 import pytest
 
-from provider.cli import build_parser
+from provider.cli.main import build_parser
 from tests.deploy.conftest import Rendered, copy_deploy, kustomize
 
 SOCKET_DIR = "/var/run/secrets-store-csi-providers"

@@ -1,4 +1,4 @@
-"""End-to-end rigs: a real OpenBao (provider.devstores), a fault-injecting proxy in front of it,
+"""End-to-end rigs: a real OpenBao (devkit.devstores), a fault-injecting proxy in front of it,
 and the provider serving on a Unix socket in the test's event loop."""
 
 from __future__ import annotations
@@ -12,8 +12,8 @@ import pytest
 import yaml
 
 from backends.vault.options import Options as VaultOptions
-from provider.devstores import FaultProxy, OpenBaoDev, PodTokens
-from provider.settings import CoreSettings
+from devkit.devstores import FaultProxy, OpenBaoDev, PodTokens
+from provider.core.settings import CoreSettings
 from tests.helpers import driver_request, serving
 
 OBJECTS = [

@@ -11,7 +11,7 @@ ROOT = Path(__file__).resolve().parents[2]
 
 def test_demo_walks_mount_rotation_and_removal() -> None:
     result = subprocess.run(
-        [sys.executable, "-m", "provider.cli", "demo"],
+        [sys.executable, "-m", "devkit.demo"],
         capture_output=True,
         text=True,
         timeout=120,

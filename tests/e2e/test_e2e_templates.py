@@ -11,8 +11,8 @@ import pytest
 import yaml
 
 from backends.aws.options import Options as AwsOptions
-from provider.devstores import MotoDev, PodTokens
-from provider.mounting import MountInput
+from devkit.devstores import MotoDev, PodTokens
+from provider.mount.mounting import MountInput
 from tests.e2e.conftest import Stack
 from tests.helpers import make_pod
 from tests.mounting.conftest import Harness

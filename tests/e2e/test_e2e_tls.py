@@ -22,9 +22,9 @@ from cryptography.x509.oid import NameOID
 from backends.aws.options import Options as AwsOptions
 from backends.azure.options import Options as AzureOptions
 from backends.gcp.options import Options as GcpOptions
-from provider.devstores import PodTokens, free_port
-from provider.errors import BridgeError
-from provider.mounting import MountInput
+from devkit.devstores import PodTokens, free_port
+from provider.core.errors import BridgeError
+from provider.mount.mounting import MountInput
 from tests.helpers import make_pod
 from tests.mounting.conftest import Harness
 

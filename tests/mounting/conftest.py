@@ -9,10 +9,10 @@ import pytest
 import yaml
 
 from backends.fake.options import Options as FakeOptions
-from provider.app import build_mounter
-from provider.metrics import Metrics
-from provider.mounting import Mounter, MountInput
-from provider.settings import CoreSettings, ServeSettings
+from provider.core.metrics import Metrics
+from provider.core.settings import CoreSettings, ServeSettings
+from provider.edge.app import build_mounter
+from provider.mount.mounting import Mounter, MountInput
 from tests.helpers import make_pod
 
 

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from provider.errors import MissingCredential, MountFailed
+from provider.core.errors import MissingCredential, MountFailed
 from tests.helpers import make_pod
 from tests.mounting.conftest import Harness
 
@@ -168,7 +168,7 @@ def test_bad_rate_limit_flag(flag: str) -> None:
     import sys
 
     result = subprocess.run(
-        [sys.executable, "-m", "provider.cli", "serve", "--rate-limit", flag],
+        [sys.executable, "-m", "provider.cli.main", "serve", "--rate-limit", flag],
         capture_output=True,
         text=True,
         timeout=30,

@@ -7,9 +7,9 @@ import time
 
 import pytest
 
-from provider.caching import ExpiringCache
-from provider.errors import NotFound, StoreUnavailable
-from provider.retrying import MAX_ATTEMPTS, retry_transient
+from provider.core.caching import ExpiringCache
+from provider.core.errors import NotFound, StoreUnavailable
+from provider.core.retrying import MAX_ATTEMPTS, retry_transient
 from tests.helpers import fetch_ctx
 
 
@@ -128,6 +128,6 @@ def test_cache_bounds_entries_and_bytes() -> None:
     ],
 )
 def test_retry_reasons(error: Exception, reason: str) -> None:
-    from provider.retrying import retry_reason
+    from provider.core.retrying import retry_reason
 
     assert retry_reason(error) == reason

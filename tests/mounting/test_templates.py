@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from provider.errors import InvalidParameters
+from provider.core.errors import InvalidParameters
 from tests.mounting.conftest import Harness
 
 STORE = {

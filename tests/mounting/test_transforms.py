@@ -7,7 +7,7 @@ from typing import Any
 
 import pytest
 
-from provider.errors import InvalidParameters, MountFailed, NotFound
+from provider.core.errors import InvalidParameters, MountFailed, NotFound
 from tests.mounting.conftest import Harness
 
 NESTED = '{"db": {"user": "app", "port": 5432, "tls": true, "hosts": ["a", "b"]}, "x": null}'

@@ -2,7 +2,7 @@
 
     .venv/bin/python -m tests.perf.rss_all_backends --mounts 10000
 
-Starts OpenBao and moto (provider.devstores) and the wire-level Google and Azure fakes of the
+Starts OpenBao and moto (devkit.devstores) and the wire-level Google and Azure fakes of the
 test suite, runs `secrets-bridge serve` against all four, drives mounts round-robin over one
 class per backend (5 objects each, value cache off, like upstream providers) and prints the
 provider's RSS every `--every` mounts. The Google and Azure fakes live in tests/ because they are
@@ -24,9 +24,9 @@ from pathlib import Path
 import yaml
 from aiohttp import web
 
-from provider.bench import Run, drive, rss_mib, wait_ready
-from provider.benchrigs import MotoRig, OpenBaoRig
-from provider.devstores import free_port
+from devkit.devstores import free_port
+from devkit.rigs import MotoRig, OpenBaoRig
+from provider.cli.bench import Run, drive, rss_mib, wait_ready
 from tests.backends.azure import pki
 from tests.backends.azure.fake_azure import AUTHORITY, SUFFIX, FakeAzure
 from tests.backends.azure.fake_azure import start as start_azure
@@ -151,7 +151,7 @@ async def main(mounts: int, every: int, concurrency: int) -> None:
             [
                 sys.executable,
                 "-m",
-                "provider.cli",
+                "provider.cli.main",
                 "serve",
                 "--socket",
                 sock,

@@ -14,8 +14,8 @@ import yaml
 
 from backends.fake.options import Options as FakeOptions
 from protos import provider_pb2
-from provider.driver import kubelet_keys
-from provider.settings import CoreSettings
+from provider.cli.mount import kubelet_keys
+from provider.core.settings import CoreSettings
 from tests.helpers import serving
 
 STORE = {

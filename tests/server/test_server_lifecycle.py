@@ -14,8 +14,8 @@ from pathlib import Path
 import grpc
 import yaml
 
+from devkit.devstores import free_port
 from protos import provider_pb2, provider_pb2_grpc
-from provider.devstores import free_port
 from tests.server.conftest import attributes, driver_channel, mount_request
 
 
@@ -26,7 +26,7 @@ def start_serve(tmp_path: Path, *extra: str) -> tuple[subprocess.Popen[bytes], s
     cmd = [
         sys.executable,
         "-m",
-        "provider.cli",
+        "provider.cli.main",
         "serve",
         "--socket",
         sock,

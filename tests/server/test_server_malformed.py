@@ -180,8 +180,8 @@ async def test_malformed_request(
 
 
 async def test_fake_backend_is_off_unless_enabled() -> None:
-    from provider.errors import InvalidParameters
-    from provider.planning import parse_plan
+    from provider.core.errors import InvalidParameters
+    from provider.mount.planning import parse_plan
 
     with pytest.raises(InvalidParameters, match="--enable-fake-backend"):
         parse_plan(

@@ -8,10 +8,10 @@ from typing import Any
 
 import pytest
 
-from backends.aws import params
+from backends.aws import dialect as params
 from backends.aws.options import Options
 from backends.aws.store import AwsBackend, create
-from backends.base import BackendEnv, Fetched, Identity, ParseContext, Pod, StorePlan
+from provider.core.model import BackendEnv, Fetched, Identity, ParseContext, Pod, StorePlan
 from tests.backends.aws.moto import CountingProxy, MotoServer, moto_server
 from tests.helpers import fetch_ctx, make_env, make_pod
 

@@ -7,11 +7,11 @@ from collections.abc import AsyncIterator
 
 import pytest
 
+from backends.aws.dialect import parse
 from backends.aws.options import Options
-from backends.aws.params import parse
 from backends.aws.store import create
-from backends.base import ParseContext
-from provider.errors import MissingCredential, PermissionDenied
+from provider.core.errors import MissingCredential, PermissionDenied
+from provider.core.model import ParseContext
 from tests.backends.aws.conftest import POD_TOKEN, REGION, ROLE, MakeHarness, irsa_pod
 from tests.backends.aws.moto import CountingProxy, MotoServer
 from tests.backends.aws.stubs import KubeStub, PodIdentityAgent

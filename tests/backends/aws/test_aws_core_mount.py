@@ -9,11 +9,11 @@ from pathlib import Path
 import pytest
 
 from backends.aws.options import Options
-from provider.app import Backends, build_mounter
-from provider.errors import MountFailed
-from provider.metrics import Metrics
-from provider.mounting import Mounter, MountInput
-from provider.settings import CoreSettings, ServeSettings
+from provider.core.errors import MountFailed
+from provider.core.metrics import Metrics
+from provider.core.settings import CoreSettings, ServeSettings
+from provider.edge.app import Backends, build_mounter
+from provider.mount.mounting import Mounter, MountInput
 from tests.backends.aws.conftest import REGION, ROLE, irsa_pod
 from tests.backends.aws.moto import CountingProxy, MotoServer
 

@@ -9,7 +9,7 @@ import pytest
 from aiohttp import web
 
 from backends.aws.errors import translate
-from provider.errors import BridgeError, DeadlineExceeded, StoreUnavailable
+from provider.core.errors import BridgeError, DeadlineExceeded, StoreUnavailable
 from tests.backends.aws.conftest import REGION, ROLE, MakeHarness
 from tests.backends.aws.moto import MotoServer, closed_url, free_port
 

@@ -6,7 +6,7 @@ from collections.abc import AsyncIterator
 
 import pytest
 
-from provider.errors import NotFound, StoreUnavailable
+from provider.core.errors import NotFound, StoreUnavailable
 from tests.backends.aws.conftest import FAILOVER, REGION, ROLE, MakeHarness
 from tests.backends.aws.moto import CountingProxy, MotoServer, closed_url
 

@@ -6,7 +6,7 @@ import json
 
 import jmespath
 
-from provider.errors import NotFound, PermissionDenied
+from provider.core.errors import NotFound, PermissionDenied
 from tests.backends.aws.conftest import REGION, ROLE, Harness, MakeHarness, irsa_pod
 from tests.backends.aws.moto import CountingProxy, MotoServer
 

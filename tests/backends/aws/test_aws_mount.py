@@ -9,7 +9,7 @@ import jmespath
 import pytest
 
 from backends.aws.options import Options
-from provider.settings import add_options_flags, options_from_args
+from provider.core.settings import add_options_flags, options_from_args
 from tests.backends.aws.conftest import REGION, ROLE, Harness, MakeHarness
 from tests.backends.aws.moto import CountingProxy, MotoServer
 

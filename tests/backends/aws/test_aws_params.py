@@ -4,10 +4,10 @@ from __future__ import annotations
 
 import pytest
 
+from backends.aws.dialect import KEYS, AwsRef, AwsStore, Target, parse
 from backends.aws.options import Options, endpoint_map
-from backends.aws.params import KEYS, AwsRef, AwsStore, Target, parse
-from backends.base import ParseContext, Transforms
-from provider.errors import InvalidParameters
+from provider.core.errors import InvalidParameters
+from provider.core.model import ParseContext, Transforms
 
 ONLINE = ParseContext(options=Options(region="us-east-1"))
 OFFLINE = ParseContext()

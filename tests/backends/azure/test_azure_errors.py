@@ -6,7 +6,7 @@ import pytest
 
 from backends.azure.options import Options
 from backends.azure.store import AzureBackend, create
-from provider.errors import (
+from provider.core.errors import (
     BridgeError,
     InvalidParameters,
     NotFound,

@@ -11,9 +11,9 @@ from cryptography import x509
 from cryptography.hazmat.primitives.asymmetric import rsa
 from cryptography.hazmat.primitives.serialization import pkcs12
 
-from backends.azure.params import parse
+from backends.azure.dialect import parse
 from backends.azure.store import AzureBackend
-from backends.base import Fetched, ParseContext, SecretValue, StorePlan
+from provider.core.model import Fetched, ParseContext, SecretValue, StorePlan
 from tests.backends.azure import pki
 from tests.backends.azure.conftest import CLIENT, POD_TOKEN, TENANT, Azure
 from tests.backends.azure.fake_azure import RESOURCE

@@ -9,11 +9,11 @@ from pathlib import Path
 import pytest
 
 from backends.azure import auth
+from backends.azure.dialect import AzureStore
 from backends.azure.options import Options
-from backends.azure.params import AzureStore
 from backends.azure.store import AzureBackend, create
-from backends.base import BackendEnv
-from provider.errors import BridgeError, InvalidParameters, MissingCredential, PermissionDenied
+from provider.core.errors import BridgeError, InvalidParameters, MissingCredential, PermissionDenied
+from provider.core.model import BackendEnv
 from tests.backends.azure.conftest import CLIENT, POD_TOKEN, TENANT, Azure
 from tests.backends.azure.test_azure_fetch import AUDIENCE, fetch, objects, plan
 from tests.helpers import fetch_ctx, make_env, make_pod
@@ -70,8 +70,8 @@ async def test_azure_service_principal_from_node_publish_secret(
 
 
 def parse_sp():  # type: ignore[no-untyped-def]
-    from backends.azure.params import parse
-    from backends.base import ParseContext
+    from backends.azure.dialect import parse
+    from provider.core.model import ParseContext
 
     params = {"keyvaultName": "kv1", "tenantID": TENANT, "objects": OBJ}
     return parse(params, ParseContext(options=Options()))
@@ -84,8 +84,8 @@ async def test_azure_no_credentials_at_all_is_missing_credential() -> None:
 
 
 async def test_azure_vm_identity_only_in_allowed_namespaces() -> None:
-    from backends.azure.params import parse
-    from backends.base import ParseContext
+    from backends.azure.dialect import parse
+    from provider.core.model import ParseContext
 
     params = {
         "keyvaultName": "kv1",

@@ -4,10 +4,10 @@ from __future__ import annotations
 
 import pytest
 
+from backends.azure.dialect import KEYS, AzureStore, parse
 from backends.azure.objects import AzureRef
-from backends.azure.params import KEYS, AzureStore, parse
-from backends.base import ParseContext
-from provider.errors import InvalidParameters
+from provider.core.errors import InvalidParameters
+from provider.core.model import ParseContext
 from tests.backends.azure.test_azure_fetch import objects
 
 TENANT = "tenant-1"

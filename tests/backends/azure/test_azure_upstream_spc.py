@@ -7,9 +7,9 @@ from pathlib import Path
 
 import yaml
 
-from backends.azure.params import parse
+from backends.azure.dialect import parse
 from backends.azure.store import AzureBackend
-from backends.base import ParseContext
+from provider.core.model import ParseContext
 from tests.backends.azure import pki
 from tests.backends.azure.conftest import CLIENT, POD_TOKEN, TENANT, Azure
 from tests.helpers import fetch_ctx, make_pod

@@ -9,10 +9,10 @@ from typing import Any
 import pytest
 from aiohttp import web
 
-from backends.base import BackendEnv, ParseContext, Pod, StorePlan
-from backends.gcp import params
+from backends.gcp import dialect as params
 from backends.gcp.options import Options
 from backends.gcp.store import GcpBackend, create
+from provider.core.model import BackendEnv, ParseContext, Pod, StorePlan
 from tests.backends.gcp.fake_google import POOL, FakeGoogle, http_app, start_secret_manager
 from tests.helpers import make_env, make_pod
 

@@ -10,7 +10,7 @@ import grpc
 import pytest
 import yaml
 
-from provider.settings import CoreSettings
+from provider.core.settings import CoreSettings
 from tests.backends.gcp.conftest import Stack
 from tests.backends.gcp.fake_google import POOL
 from tests.helpers import driver_request, serving

@@ -4,10 +4,10 @@ from __future__ import annotations
 
 import pytest
 
-from backends.base import ParseContext, Transforms
+from backends.gcp.dialect import Audience, GcpRef, GcpStore, parse, workload_identity_audience
 from backends.gcp.options import Options
-from backends.gcp.params import Audience, GcpRef, GcpStore, parse, workload_identity_audience
-from provider.errors import InvalidParameters
+from provider.core.errors import InvalidParameters
+from provider.core.model import ParseContext, Transforms
 
 OPTIONS = Options(project="proj", location="europe-west1", cluster="c1")
 ONLINE = ParseContext(options=OPTIONS)

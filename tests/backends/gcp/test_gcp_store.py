@@ -13,10 +13,9 @@ import pytest
 from cryptography.hazmat.primitives import serialization
 from cryptography.hazmat.primitives.asymmetric import rsa
 
-from backends.base import Fetched, Pod, SecretValue, StorePlan
+from backends.gcp.dialect import GcpRef
 from backends.gcp.exchange import GSA_ANNOTATION
-from backends.gcp.params import GcpRef
-from provider.errors import (
+from provider.core.errors import (
     BridgeError,
     InvalidParameters,
     MissingCredential,
@@ -24,6 +23,7 @@ from provider.errors import (
     PermissionDenied,
     StoreUnavailable,
 )
+from provider.core.model import Fetched, Pod, SecretValue, StorePlan
 from tests.backends.gcp.conftest import STS_AUDIENCE, Stack
 from tests.backends.gcp.fake_google import POOL
 from tests.helpers import fetch_ctx, make_pod

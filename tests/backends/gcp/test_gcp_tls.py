@@ -9,8 +9,8 @@ from pathlib import Path
 import pytest
 from aiohttp import web
 
-from backends.gcp.params import GcpRef
-from provider.errors import StoreUnavailable
+from backends.gcp.dialect import GcpRef
+from provider.core.errors import StoreUnavailable
 from tests.backends.gcp.certs import ServerCert, make_server_cert
 from tests.backends.gcp.conftest import Stack
 from tests.backends.gcp.fake_google import http_app, start_secret_manager

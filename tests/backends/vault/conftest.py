@@ -13,10 +13,10 @@ from pathlib import Path
 
 import pytest
 
-from backends.base import ParseContext, StorePlan
+from backends.vault.dialect import parse
 from backends.vault.options import Options
-from backends.vault.params import parse
 from backends.vault.store import VaultBackend, create
+from provider.core.model import ParseContext, StorePlan
 from tests.backends.vault.kubestubs import SigningKey, TokenReviewStub
 from tests.backends.vault.openbao import OpenBao
 from tests.helpers import make_env

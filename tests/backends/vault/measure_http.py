@@ -20,7 +20,7 @@ from pathlib import Path
 import hvac
 
 from backends.vault.client import VaultHTTP
-from backends.vault.params import TLSConfig
+from backends.vault.dialect import TLSConfig
 from tests.backends.vault.openbao import OpenBao
 
 

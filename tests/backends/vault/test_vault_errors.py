@@ -10,10 +10,9 @@ from collections.abc import AsyncIterator, Hashable, Mapping
 import pytest
 from aiohttp import web
 
-from backends.base import FetchContext, Identity, StorePlan
 from backends.vault.options import Options
 from backends.vault.store import VaultBackend, create
-from provider.errors import (
+from provider.core.errors import (
     BridgeError,
     DeadlineExceeded,
     LimitExceeded,
@@ -21,6 +20,7 @@ from provider.errors import (
     PermissionDenied,
     StoreUnavailable,
 )
+from provider.core.model import FetchContext, Identity, StorePlan
 from tests.backends.vault.conftest import plan_for
 from tests.backends.vault.fakevault import (
     FAKE_TOKEN,

@@ -10,8 +10,8 @@ import pytest
 
 from backends.vault.options import Options
 from backends.vault.store import create
-from provider.errors import MissingCredential
-from provider.settings import add_options_flags, options_from_args
+from provider.core.errors import MissingCredential
+from provider.core.settings import add_options_flags, options_from_args
 from tests.backends.vault.conftest import plan_for
 from tests.backends.vault.kubestubs import SigningKey, TokenRequestStub
 from tests.backends.vault.openbao import OpenBao

@@ -12,13 +12,13 @@ from typing import Any
 
 import pytest
 
-from backends.base import Pod
 from backends.vault.options import Options
-from provider.app import build_mounter
-from provider.errors import MountFailed, PermissionDenied
-from provider.metrics import Metrics
-from provider.mounting import MountInput, MountResult
-from provider.settings import CoreSettings, ServeSettings
+from provider.core.errors import MountFailed, PermissionDenied
+from provider.core.metrics import Metrics
+from provider.core.model import Pod
+from provider.core.settings import CoreSettings, ServeSettings
+from provider.edge.app import build_mounter
+from provider.mount.mounting import MountInput, MountResult
 from tests.backends.vault.kubestubs import SigningKey
 from tests.backends.vault.openbao import OpenBao
 from tests.helpers import make_pod

@@ -5,11 +5,11 @@ from __future__ import annotations
 
 import pytest
 
-from backends.base import ParseContext, Transforms
+from backends.vault.dialect import KEYS, VaultStore, parse
 from backends.vault.objects import VaultRef
 from backends.vault.options import Options
-from backends.vault.params import KEYS, VaultStore, parse
-from provider.errors import InvalidParameters
+from provider.core.errors import InvalidParameters
+from provider.core.model import ParseContext, Transforms
 
 ONLINE = ParseContext(options=Options(addr="https://vault.example:8200"))
 OBJECTS = "- objectName: db\n  secretPath: secret/data/db\n"

@@ -12,10 +12,10 @@ from pathlib import Path
 
 import pytest
 
-from backends.base import Identity, SecretValue, StorePlan
 from backends.vault.options import Options
 from backends.vault.store import VaultBackend, create
-from provider.errors import MissingCredential, NotFound, PermissionDenied, StoreUnavailable
+from provider.core.errors import MissingCredential, NotFound, PermissionDenied, StoreUnavailable
+from provider.core.model import Identity, SecretValue, StorePlan
 from tests.backends.vault.conftest import plan_for
 from tests.backends.vault.kubestubs import SigningKey, TokenReviewStub
 from tests.backends.vault.openbao import OpenBao

@@ -9,9 +9,9 @@ from pathlib import Path
 
 import pytest
 
-from backends.base import SecretValue, StorePlan
 from backends.vault.store import VaultBackend
-from provider.errors import BridgeError, NotFound, StoreUnavailable
+from provider.core.errors import BridgeError, NotFound, StoreUnavailable
+from provider.core.model import SecretValue, StorePlan
 from tests.backends.vault.conftest import plan_for
 from tests.backends.vault.kubestubs import SigningKey
 from tests.backends.vault.openbao import TLS_SERVER_NAME, OpenBao

@@ -1,0 +1,134 @@
+"""The AWS provider's dialect (aws/secrets-store-csi-driver-provider-aws v3), plus `roleArn`.
+
+parameters:
+  backend: aws
+  region: us-east-1               # default: --aws-region / AWS_REGION
+  failoverRegion: us-east-2       # read there when the primary region is unreachable
+  pathTranslation: "_"            # one character, or "False"
+  usePodIdentity: "true"          # EKS Pod Identity instead of IRSA
+  preferredAddressType: ipv4      # Pod Identity agent address: auto | ipv4 | ipv6
+  roleArn: arn:aws:iam::111122223333:role/app   # ours; default: the SA annotation
+  objects: |
+    - objectName: MySecret
+      objectType: secretsmanager  # or ssmparameter; optional for an ARN
+      objectAlias: db.json
+      objectVersion / objectVersionLabel / filePermission: "0400"
+      jmesPath: [{path: '"db-password"', objectAlias: password, filePermission: "0400"}]
+      failoverObject: {objectName: ..., objectVersion: ..., objectVersionLabel: ...}
+
+Every rule of the upstream descriptor applies; where upstream stops at the first problem, we
+collect them all. Each jmesPath entry becomes its own ObjectSpec sharing the object's `ref`, so
+one read serves the whole secret and every extracted file.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Mapping
+
+from backends.aws.descriptors import parse_object
+from backends.aws.refs import AwsRef, AwsStore, Target
+from provider.core.model import ObjectSpec, ParseContext, StorePlan
+from provider.core.parsing import Problems, expect_list, load_yaml, unique_names
+
+__all__ = ["KEYS", "AwsRef", "AwsStore", "Target", "parse"]
+
+KEYS = frozenset(
+    {
+        "objects",
+        "region",
+        "failoverRegion",
+        "pathTranslation",
+        "usePodIdentity",
+        "preferredAddressType",
+        "roleArn",
+    }
+)
+#: Upstream keys (of forks and newer releases) we refuse by name rather than ignore.
+REFUSED_KEYS = {"joinName": "use the top-level 'templates' parameter to join objects"}
+_REGION = re.compile(r"^[a-z0-9][a-z0-9-]{1,40}$")
+_ROLE_ARN = re.compile(r"^arn:[\w-]+:iam::\d{12}:role/[\w+=,.@/-]+$")
+_BOOLS = {"1": True, "t": True, "true": True, "0": False, "f": False, "false": False}
+
+
+def parse(params: Mapping[str, str], ctx: ParseContext) -> StorePlan:
+    problems = Problems()
+    for key, hint in REFUSED_KEYS.items():
+        if params.get(key):
+            problems.add(f"{key} is not supported by secrets-bridge; {hint}")
+    store = _parse_store(params, ctx, problems)
+    translate = _parse_translation(params.get("pathTranslation", ""), problems)
+    raw = params.get("objects", "")
+    if not raw.strip():
+        problems.fail("objects is required: a YAML list of {objectName, objectType, ...}")
+    entries = expect_list(load_yaml(raw, "objects"), "objects", problems)
+    specs: list[ObjectSpec] = []
+    for i, entry in enumerate(entries):
+        specs.extend(parse_object(entry, f"objects[{i}]", store, translate, problems))
+    unique_names([(s.name, s.field) for s in specs], "file name", problems)
+    problems.raise_if_any()
+    return StorePlan("aws", store, tuple(specs), tuple(problems.warnings))
+
+
+def _parse_store(params: Mapping[str, str], ctx: ParseContext, problems: Problems) -> AwsStore:
+    region = params.get("region", "").strip()
+    if not region:
+        region = (getattr(ctx.options, "region", None) or "").strip()
+    if not region:
+        message = (
+            "region is required: set parameters.region or start the provider with "
+            "--aws-region (or AWS_REGION)"
+        )
+        if ctx.offline:
+            problems.warn(message + " (not checked offline: the provider may have a default)")
+        else:
+            problems.add(message)
+    elif not _REGION.match(region):
+        problems.add(f"region: {region!r} is not an AWS region name such as us-east-1")
+    failover = params.get("failoverRegion", "").strip()
+    if failover and not _REGION.match(failover):
+        problems.add(f"failoverRegion: {failover!r} is not an AWS region name such as us-east-2")
+    if failover and failover == region:
+        problems.add(f"failoverRegion: {failover!r} is the primary region; name another region")
+    role_arn = params.get("roleArn", "").strip()
+    if role_arn and not _ROLE_ARN.match(role_arn):
+        problems.add(
+            f"roleArn: {role_arn!r} is not an IAM role ARN (arn:aws:iam::111122223333:role/name)"
+        )
+    use_pod_identity = _parse_go_bool(params.get("usePodIdentity", ""), problems)
+    if use_pod_identity and role_arn:
+        problems.add(
+            "roleArn and usePodIdentity are both set: EKS Pod Identity chooses the role "
+            "from its association; remove one"
+        )
+    address = params.get("preferredAddressType", "").strip().lower() or "auto"
+    if address not in ("auto", "ipv4", "ipv6"):
+        problems.add(
+            f"preferredAddressType: expected auto, ipv4 or ipv6, got "
+            f"{params['preferredAddressType']!r}"
+        )
+        address = "auto"
+    return AwsStore(region, failover, role_arn, use_pod_identity, address)  # type: ignore[arg-type]
+
+
+def _parse_go_bool(text: str, problems: Problems) -> bool:
+    # Upstream parses with Go's strconv.ParseBool; accept exactly its spellings.
+    value = text.strip()
+    if not value:
+        return False
+    if value.lower() in _BOOLS and value in (value.lower(), value.upper(), value.capitalize()):
+        return _BOOLS[value.lower()]
+    problems.add(f'usePodIdentity: expected "true" or "false", got {text!r}')
+    return False
+
+
+def _parse_translation(text: str, problems: Problems) -> str | None:
+    """The character replacing '/' in file names; None means translation is off."""
+    if text == "":
+        return "_"
+    if text.lower() == "false":
+        return None
+    if len(text) != 1:
+        problems.add(f'pathTranslation: expected one character or "False", got {text!r}')
+        return "_"
+    return text

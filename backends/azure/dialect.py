@@ -1,0 +1,185 @@
+"""The Azure Key Vault dialect: the Azure provider's SecretProviderClass parameters.
+
+    parameters:
+      backend: azure
+      keyvaultName: kv-name
+      tenantID: <tenant>          # `tenantId` (the older spelling) is accepted too
+      clientID: <client id>       # workload identity; else nodePublishSecretRef or VM identity
+      cloudName: ""               # AzurePublicCloud (default) | AzureUSGovernmentCloud | ...
+      objects: |
+        array:
+          - |
+            objectName: secret1
+            objectType: secret     # secret | key | cert
+            objectAlias: db.txt
+            objectVersionHistory: 3
+
+`objects` keeps the upstream shape — a YAML map whose `array` is a list of YAML *strings*, one
+object each — so a class moves over unchanged. Nothing here reads files: `cloudEnvFileName`
+names a file on the node that `store.py` reads when it authenticates (`check` stays offline).
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Literal
+
+from backends.azure.objects import parse_objects
+from provider.core.model import ParseContext, StorePlan
+from provider.core.parsing import (
+    Problems,
+    parse_bool,
+    unique_names,
+)
+
+KEYS = frozenset(
+    {
+        "keyvaultName",
+        "tenantID",
+        "tenantId",
+        "clientID",
+        "cloudName",
+        "cloudEnvFileName",
+        "useVMManagedIdentity",
+        "userAssignedIdentityID",
+        "usePodIdentity",
+        "useAzureTokenProxy",
+        "objects",
+    }
+)
+AuthMode = Literal["workload-identity", "service-principal", "vm-managed-identity"]
+
+
+@dataclass(frozen=True)
+class Cloud:
+    name: str
+    authority_host: str
+    vault_dns_suffix: str
+
+
+#: The clouds `cloudName` may name (matched case-insensitively, as upstream). AzureStackCloud
+#: has no fixed endpoints: they come from the `cloudEnvFileName` file on the node.
+CLOUDS = {
+    c.name.lower(): c
+    for c in (
+        Cloud("AzurePublicCloud", "https://login.microsoftonline.com", "vault.azure.net"),
+        Cloud(
+            "AzureUSGovernmentCloud", "https://login.microsoftonline.us", "vault.usgovcloudapi.net"
+        ),
+        Cloud("AzureChinaCloud", "https://login.chinacloudapi.cn", "vault.azure.cn"),
+        Cloud("AzureStackCloud", "", ""),
+    )
+}
+
+# Tenant and client ids are GUIDs (tenants may be domain names); they become URL path segments
+# and identity key parts, so nothing else is let through.
+_DIRECTORY_ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9.-]{0,252}$")
+# Key Vault names: 3-24 of letters, digits and hyphens (they become a DNS label).
+_VAULT_NAME = re.compile(r"^[-A-Za-z0-9]{3,24}$")
+
+
+@dataclass(frozen=True)
+class AzureStore:
+    """Where and as whom a class reads: one Key Vault, one tenant, one way to log in."""
+
+    vault_name: str
+    tenant_id: str
+    cloud: str
+    cloud_env_file: str
+    auth: AuthMode
+    client_id: str = ""
+    user_assigned_identity_id: str = ""
+
+
+def parse(params: Mapping[str, str], ctx: ParseContext) -> StorePlan:
+    problems = Problems()
+    store = _parse_store(params, problems)
+    specs = parse_objects(params.get("objects", ""), ctx, problems)
+    unique_names(
+        [(s.name, s.field) for s in specs], "file name (objectAlias or objectName)", problems
+    )
+    problems.raise_if_any()
+    assert store is not None
+    return StorePlan("azure", store, tuple(specs), tuple(problems.warnings))
+
+
+def _parse_store(params: Mapping[str, str], problems: Problems) -> AzureStore | None:
+    vault = params.get("keyvaultName", "").strip()
+    if not vault:
+        problems.add("keyvaultName is required: the name of the Key Vault (3-24 characters)")
+    elif not _VAULT_NAME.match(vault):
+        problems.add(
+            f"keyvaultName {vault!r} is not a Key Vault name: 3-24 letters, digits and hyphens"
+        )
+    tenant = _tenant(params, problems)
+    cloud_raw = params.get("cloudName", "").strip()
+    cloud = CLOUDS.get((cloud_raw or "AzurePublicCloud").lower())
+    if cloud is None:
+        names = ", ".join(c.name for c in CLOUDS.values())
+        problems.add(f"cloudName {cloud_raw!r} is not a known cloud; expected one of {names}")
+    env_file = params.get("cloudEnvFileName", "").strip()
+    if cloud is not None and cloud.name == "AzureStackCloud" and not env_file:
+        problems.add(
+            "cloudName AzureStackCloud needs cloudEnvFileName: the path, on the node, of the "
+            "JSON file with the cloud's endpoints"
+        )
+    elif env_file and cloud is not None and cloud.name != "AzureStackCloud":
+        problems.warn(f"cloudEnvFileName is ignored for cloudName {cloud.name}")
+    for key, why in (
+        ("usePodIdentity", "AAD pod identity is deprecated upstream"),
+        ("useAzureTokenProxy", "the Azure token proxy is not supported"),
+    ):
+        if parse_bool(params.get(key, "").strip(), key, problems):
+            problems.add(
+                f'{key} "true" is not supported ({why}); use workload identity: set clientID '
+                f'to the identity federated with the pod\'s service account and {key} to "false"'
+            )
+    auth = _auth_mode(params, problems)
+    if problems.items or cloud is None or auth is None:
+        return None
+    return AzureStore(
+        vault_name=vault,
+        tenant_id=tenant,
+        cloud=cloud.name,
+        cloud_env_file=env_file if cloud.name == "AzureStackCloud" else "",
+        auth=auth,
+        client_id=params.get("clientID", "").strip(),
+        user_assigned_identity_id=params.get("userAssignedIdentityID", "").strip(),
+    )
+
+
+def _tenant(params: Mapping[str, str], problems: Problems) -> str:
+    new, old = params.get("tenantID", "").strip(), params.get("tenantId", "").strip()
+    if new and old and new != old:
+        problems.add("tenantID and tenantId are both set, to different values; keep tenantID")
+    tenant = new or old
+    if not tenant:
+        problems.add("tenantID is required: the Microsoft Entra tenant of the Key Vault")
+    elif not _DIRECTORY_ID.match(tenant):
+        problems.add(f"tenantID {tenant!r}: expected a tenant id (GUID) or domain name")
+    return tenant
+
+
+def _auth_mode(params: Mapping[str, str], problems: Problems) -> AuthMode | None:
+    use_vm = parse_bool(
+        params.get("useVMManagedIdentity", "").strip(), "useVMManagedIdentity", problems
+    )
+    client_id = params.get("clientID", "").strip()
+    if client_id and not _DIRECTORY_ID.match(client_id):
+        problems.add(f"clientID {client_id!r}: expected the client id (a GUID) of an identity")
+    uami = params.get("userAssignedIdentityID", "").strip()
+    if uami and not _DIRECTORY_ID.match(uami):
+        problems.add(f"userAssignedIdentityID {uami!r}: expected a client id (a GUID)")
+    if use_vm and client_id:
+        problems.add(
+            'useVMManagedIdentity "true" and clientID (workload identity) are both set; '
+            "choose one way to authenticate"
+        )
+        return None
+    if params.get("userAssignedIdentityID", "").strip() and not use_vm:
+        problems.warn('userAssignedIdentityID is ignored unless useVMManagedIdentity is "true"')
+    if use_vm:
+        return "vm-managed-identity"
+    return "workload-identity" if client_id else "service-principal"

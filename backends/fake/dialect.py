@@ -1,0 +1,67 @@
+"""The fake backend's dialect: an in-memory store for tests and demos.
+
+parameters:
+  backend: fake
+  audience: fake          # optional: require the pod's token for this audience
+  objects: |
+    - objectName: db.json     # file name
+      secretPath: db-creds     # key in the fake store (default: objectName)
+      filePermission: 0400
+      extract: password        # any extension key (SPEC §2)
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+
+from provider.core.model import ObjectSpec, ParseContext, StorePlan
+from provider.core.parsing import (
+    TRANSFORM_KEYS,
+    Problems,
+    expect_list,
+    expect_map,
+    expect_str,
+    load_yaml,
+    parse_mode,
+    parse_transforms,
+    unique_names,
+    unknown_keys,
+)
+
+KEYS = frozenset({"objects", "audience"})
+OBJECT_KEYS = frozenset({"objectName", "secretPath", "filePermission"}) | TRANSFORM_KEYS
+
+
+@dataclass(frozen=True)
+class FakeStore:
+    audience: str
+
+
+@dataclass(frozen=True)
+class FakeRef:
+    path: str
+
+
+def parse(params: Mapping[str, str], ctx: ParseContext) -> StorePlan:
+    problems = Problems()
+    raw = params.get("objects", "")
+    if not raw.strip():
+        problems.fail("objects is required: a YAML list of {objectName, secretPath}")
+    entries = expect_list(load_yaml(raw, "objects"), "objects", problems)
+    specs: list[ObjectSpec] = []
+    for i, entry in enumerate(entries):
+        where = f"objects[{i}]"
+        obj = expect_map(entry, where, problems)
+        if obj is None:
+            continue
+        unknown_keys(obj, OBJECT_KEYS, where, "a fake object", problems)
+        name = expect_str(obj.get("objectName"), f"{where}.objectName", problems, required=True)
+        path = expect_str(obj.get("secretPath"), f"{where}.secretPath", problems) or name
+        mode = parse_mode(obj.get("filePermission"), f"{where}.filePermission", problems)
+        transforms = parse_transforms(obj, where, problems)
+        specs.append(ObjectSpec(name, FakeRef(path), mode, transforms, f"{where}.objectName"))
+    unique_names([(s.name, s.field) for s in specs], "objectName", problems)
+    problems.raise_if_any()
+    store = FakeStore(audience=params.get("audience", ""))
+    return StorePlan("fake", store, tuple(specs), tuple(problems.warnings))

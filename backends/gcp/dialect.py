@@ -1,0 +1,223 @@
+"""The gcp dialect: the GCP provider's SecretProviderClass parameters.
+
+parameters:
+  backend: gcp
+  auth: pod-adc                # default; provider-adc = the node's identity (allow-listed)
+  secrets: |
+    - resourceName: projects/p/secrets/db/versions/latest
+      path: db.json            # or the older fileName
+      mode: 0400               # a YAML integer, as upstream
+      extractJSONKey: password # or extractYAMLKey; a literal top-level key
+    - resourceName: projects/p/locations/us-central1/secrets/api/versions/3
+
+The workload identity audience is not a parameter upstream either: it comes from the provider's
+flags (`--gcp-project`, `--gcp-location`, `--gcp-cluster`, or `--gcp-workload-identity-audience`).
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any, Literal
+
+from provider.core.model import ObjectSpec, ParseContext, StorePlan, Transforms
+from provider.core.parsing import (
+    TRANSFORM_KEYS,
+    Problems,
+    expect_list,
+    expect_map,
+    expect_str,
+    load_yaml,
+    parse_mode,
+    parse_transforms,
+    unique_names,
+    unknown_keys,
+)
+
+KEYS = frozenset({"secrets", "auth"})
+OBJECT_KEYS = (
+    frozenset({"resourceName", "path", "fileName", "mode", "extractJSONKey", "extractYAMLKey"})
+    | TRANSFORM_KEYS
+)
+AUTH_MODES = ("pod-adc", "provider-adc")
+
+# Segments are kept to what Google accepts, so a name can never smuggle a '/' or a host part. The
+# location ends up in a host name (the regional endpoint), hence its stricter pattern: a pod
+# author must not be able to send the pod's Google token to a host of their choosing.
+_ID = r"[A-Za-z0-9][A-Za-z0-9_.:-]{0,254}"
+_LOCATION = r"[a-z][a-z0-9-]{0,62}"
+_GLOBAL = re.compile(
+    rf"projects/(?P<project>{_ID})/secrets/(?P<secret>{_ID})/versions/(?P<v>{_ID})"
+)
+_REGIONAL = re.compile(
+    rf"projects/(?P<project>{_ID})/locations/(?P<location>{_LOCATION})"
+    rf"/secrets/(?P<secret>{_ID})/versions/(?P<v>{_ID})"
+)
+_PARAMETER = re.compile(r"projects/[^/]+/(locations/[^/]+/)?parameters/")
+_FORMATS = (
+    "projects/<project>/secrets/<secret>/versions/<version|latest> or "
+    "projects/<project>/locations/<location>/secrets/<secret>/versions/<version|latest>"
+)
+
+AuthMode = Literal["pod-adc", "provider-adc"]
+
+
+@dataclass(frozen=True)
+class Audience:
+    """Where the pod's token goes: `token` is the audience the kubelet mints the pod token for,
+    `sts` the audience of the STS exchange (they differ for GKE: pool vs. pool + cluster)."""
+
+    token: str
+    sts: str
+
+
+@dataclass(frozen=True)
+class GcpStore:
+    auth: AuthMode
+    #: Whether `auth` was written in the class (upstream refuses it with nodePublishSecretRef).
+    auth_explicit: bool
+    #: None under `check` or when the provider has no pool configured (then auth is refused).
+    audience: Audience | None
+
+
+@dataclass(frozen=True)
+class GcpRef:
+    """One secret version; the same name in several entries is one AccessSecretVersion call."""
+
+    name: str
+    #: The location of a regional secret (selects the regional endpoint), else None.
+    location: str | None = None
+
+
+def parse(params: Mapping[str, str], ctx: ParseContext) -> StorePlan:
+    problems = Problems()
+    auth = _parse_auth(params.get("auth", ""), problems)
+    raw = params.get("secrets", "")
+    if not raw.strip():
+        problems.fail(
+            "secrets is required: a YAML list of {resourceName, path} entries, e.g. "
+            "'- resourceName: projects/<project>/secrets/<secret>/versions/latest'"
+        )
+    entries = expect_list(load_yaml(raw, "secrets"), "secrets", problems)
+    if not entries and not problems.items:
+        problems.add("secrets: the list is empty; name at least one secret version")
+    if len(entries) > ctx.max_objects:
+        problems.fail(f"secrets: {len(entries)} entries is over the limit of {ctx.max_objects}")
+    specs = [s for i, e in enumerate(entries) if (s := _parse_entry(e, i, problems)) is not None]
+    unique_names([(s.name, s.field) for s in specs], "path", problems)
+    audience = _audience(ctx, auth, problems)
+    problems.raise_if_any()
+    store = GcpStore(auth=auth, auth_explicit=bool(params.get("auth")), audience=audience)
+    return StorePlan("gcp", store, tuple(specs), tuple(problems.warnings))
+
+
+def _parse_auth(value: str, problems: Problems) -> AuthMode:
+    text = value.strip()
+    if text in ("", "pod-adc"):
+        return "pod-adc"
+    if text == "provider-adc":
+        return "provider-adc"
+    problems.add(f"auth: expected one of {', '.join(AUTH_MODES)} (default pod-adc), got {value!r}")
+    return "pod-adc"
+
+
+def _parse_entry(entry: Any, i: int, problems: Problems) -> ObjectSpec | None:
+    where = f"secrets[{i}]"
+    obj = expect_map(entry, where, problems)
+    if obj is None:
+        return None
+    unknown_keys(obj, OBJECT_KEYS, where, "a gcp secrets entry", problems)
+    name = expect_str(obj.get("resourceName"), f"{where}.resourceName", problems, required=True)
+    ref = _parse_resource(name, f"{where}.resourceName", problems) if name else None
+    path = expect_str(obj.get("path"), f"{where}.path", problems)
+    file_name = expect_str(obj.get("fileName"), f"{where}.fileName", problems)
+    if path and file_name and path != file_name:
+        problems.add(f"{where}: path {path!r} and fileName {file_name!r} differ; give only path")
+    field = f"{where}.path" if path else f"{where}.fileName"
+    if not (path or file_name):
+        problems.add(f"{where}.path is required: the file name to write the secret to")
+    mode = parse_mode(obj.get("mode"), f"{where}.mode", problems)
+    base = _extract_key(obj, where, problems)
+    transforms = parse_transforms(obj, where, problems, base=base)
+    if ref is None or not (path or file_name):
+        return None
+    return ObjectSpec(path or file_name, ref, mode, transforms, field)
+
+
+def _parse_resource(name: str, field: str, problems: Problems) -> GcpRef | None:
+    name = name.strip()
+    if _PARAMETER.match(name):
+        problems.add(
+            f"{field}: {name!r} is a Parameter Manager parameter version; secrets-bridge reads "
+            f"only Secret Manager secret versions ({_FORMATS})"
+        )
+        return None
+    if _GLOBAL.fullmatch(name):
+        return GcpRef(name)
+    if match := _REGIONAL.fullmatch(name):
+        return GcpRef(name, match["location"])
+    hint = ""
+    if re.fullmatch(r"projects/[^/]+/(locations/[^/]+/)?secrets/[^/]+", name):
+        hint = f" (add '/versions/latest' for the newest version: {name}/versions/latest)"
+    problems.add(f"{field}: {name!r} is not a secret version name; expected {_FORMATS}{hint}")
+    return None
+
+
+def _extract_key(obj: Mapping[str, Any], where: str, problems: Problems) -> Transforms:
+    json_key = expect_str(obj.get("extractJSONKey"), f"{where}.extractJSONKey", problems)
+    yaml_key = expect_str(obj.get("extractYAMLKey"), f"{where}.extractYAMLKey", problems)
+    if json_key and yaml_key:
+        problems.add(f"{where}: give at most one of extractJSONKey and extractYAMLKey")
+        return Transforms()
+    if json_key or yaml_key:
+        if obj.get("extract"):
+            spelled = "extractJSONKey" if json_key else "extractYAMLKey"
+            problems.add(f"{where}: extract and {spelled} both select a part; give one of them")
+        return Transforms(extract_key=json_key or yaml_key, parse_as="json" if json_key else "yaml")
+    return Transforms()
+
+
+def _audience(ctx: ParseContext, auth: AuthMode, problems: Problems) -> Audience | None:
+    """The workload identity audiences, from the provider's flags (never from parameters)."""
+    if auth != "pod-adc":
+        return None
+    if ctx.offline:
+        problems.warn(
+            "the workload identity pool comes from the provider's --gcp-project, --gcp-location "
+            "and --gcp-cluster (or --gcp-workload-identity-audience); not checked offline"
+        )
+        return None
+    audience = workload_identity_audience(ctx.options)
+    if audience is None:
+        problems.add(
+            "auth pod-adc needs the cluster's workload identity pool, which this provider was "
+            "not given: start it with --gcp-project, --gcp-location and --gcp-cluster, or "
+            "--gcp-workload-identity-audience"
+        )
+    return audience
+
+
+def workload_identity_audience(options: Any) -> Audience | None:
+    """Audiences as the GCP provider builds them: GKE pool + cluster, or an audience given whole.
+
+    For `identitynamespace:<pool>:<provider>` (GKE and fleet workload identity) the pod's token
+    is minted for the pool; any other audience (a workload identity federation provider) is
+    used for both the pod's token and the exchange.
+    """
+    whole = (getattr(options, "workload_identity_audience", None) or "").strip()
+    if whole:
+        parts = whole.split(":", 2)
+        if len(parts) == 3 and parts[0] == "identitynamespace":
+            return Audience(token=parts[1], sts=whole)
+        return Audience(token=whole, sts=whole)
+    project = getattr(options, "project", None)
+    location = getattr(options, "location", None)
+    cluster = getattr(options, "cluster", None)
+    if not (project and location and cluster):
+        return None
+    from backends.gcp.options import DEFAULT_GKE_PROVIDER
+
+    pool = f"{project}.svc.id.goog"
+    provider = f"{DEFAULT_GKE_PROVIDER}/projects/{project}/locations/{location}/clusters/{cluster}"
+    return Audience(token=pool, sts=f"identitynamespace:{pool}:{provider}")

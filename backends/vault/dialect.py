@@ -1,0 +1,154 @@
+"""The vault dialect: vault-csi-provider's SecretProviderClass parameters, plus OpenBao's.
+
+    parameters:
+      backend: vault
+      roleName: app                       # or vaultRoleName / baoRoleName / openbaoRoleName
+      vaultAddress: https://vault:8200    # default: --vault-addr / VAULT_ADDR
+      vaultAuthMountPath: kubernetes      # or the older vaultKubernetesMountPath
+      audience: vault                     # default "openbao" when an OpenBao spelling is used
+      objects: |                          # see backends/vault/objects.py
+        - {objectName: db-password, secretPath: secret/data/db, secretKey: password}
+
+Every `vault*` key may also be spelled `bao*` or `openbao*` (the OpenBao provider's names); two
+spellings of one key in one class are refused rather than one silently winning, because a pod's
+volumeAttributes can add keys to a class.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from backends.vault.objects import parse_objects
+from provider.core.model import ParseContext, StorePlan
+from provider.core.parsing import Problems
+
+_PREFIXES = ("vault", "bao", "openbao")
+_OPENBAO_PREFIXES = ("bao", "openbao")
+
+#: Canonical setting -> every accepted spelling (the vault* one first, used in messages).
+SPELLINGS: dict[str, tuple[str, ...]] = {
+    "role": ("roleName", *(p + "RoleName" for p in _PREFIXES)),
+    "address": tuple(p + "Address" for p in _PREFIXES),
+    "namespace": tuple(p + "Namespace" for p in _PREFIXES),
+    "mount": tuple(p + s for s in ("AuthMountPath", "KubernetesMountPath") for p in _PREFIXES),
+    "ca_cert": tuple(p + "CACertPath" for p in _PREFIXES),
+    "ca_dir": tuple(p + "CADirectory" for p in _PREFIXES),
+    "server_name": tuple(p + "TLSServerName" for p in _PREFIXES),
+    "client_cert": tuple(p + "TLSClientCertPath" for p in _PREFIXES),
+    "client_key": tuple(p + "TLSClientKeyPath" for p in _PREFIXES),
+    "skip_verify": tuple(p + "SkipTLSVerify" for p in _PREFIXES),
+    "audience": ("audience",),
+    "objects": ("objects",),
+}
+KEYS = frozenset(k for spellings in SPELLINGS.values() for k in spellings)
+DEFAULT_MOUNT = "kubernetes"
+# Go's strconv.ParseBool, which vault-csi-provider uses for vaultSkipTLSVerify.
+_GO_TRUE = frozenset({"1", "t", "T", "TRUE", "true", "True"})
+_GO_FALSE = frozenset({"0", "f", "F", "FALSE", "false", "False"})
+
+
+@dataclass(frozen=True)
+class TLSConfig:
+    """How to reach the address over TLS; one HTTP session per (address, TLSConfig)."""
+
+    ca_cert: str = ""
+    ca_dir: str = ""
+    server_name: str = ""
+    client_cert: str = ""
+    client_key: str = ""
+    skip_verify: bool = False
+
+
+@dataclass(frozen=True)
+class VaultStore:
+    """A parsed class's connection and login settings."""
+
+    address: str
+    namespace: str
+    role: str
+    mount: str
+    audience: str
+    tls: TLSConfig
+
+
+def parse(params: Mapping[str, str], ctx: ParseContext) -> StorePlan:
+    problems = Problems()
+    values = {name: _one_spelling(params, name, problems) for name in SPELLINGS}
+    openbao = any(k.startswith(_OPENBAO_PREFIXES) and params.get(k) for k in params if k in KEYS)
+    role = values["role"]
+    if not role:
+        problems.add(
+            "roleName is required: the Vault role to log in as "
+            "(also spelled vaultRoleName, baoRoleName, openbaoRoleName)"
+        )
+    address = values["address"] or _default_address(ctx, problems)
+    if address and not address.startswith(("http://", "https://")):
+        problems.add(f"vaultAddress: expected an http:// or https:// URL, got {address!r}")
+    # Connection settings: the class's value, else the provider's flag (as upstream overlays
+    # its flags with the class). Under `check` there are no flags.
+    options = ctx.options
+    default_skip = bool(getattr(options, "skip_verify", False))
+    store = VaultStore(
+        address=address.rstrip("/"),
+        namespace=_or_option(values, options, "namespace", "namespace").strip("/"),
+        role=role,
+        mount=values["mount"].strip("/") or DEFAULT_MOUNT,
+        audience=values["audience"] or ("openbao" if openbao else "vault"),
+        tls=TLSConfig(
+            ca_cert=_or_option(values, options, "ca_cert", "ca_cert"),
+            ca_dir=_or_option(values, options, "ca_dir", "ca_dir"),
+            server_name=_or_option(values, options, "server_name", "tls_server_name"),
+            client_cert=_or_option(values, options, "client_cert", "client_cert"),
+            client_key=_or_option(values, options, "client_key", "client_key"),
+            skip_verify=_go_bool(
+                values["skip_verify"], "vaultSkipTLSVerify", problems, default_skip
+            ),
+        ),
+    )
+    if bool(store.tls.client_cert) != bool(store.tls.client_key):
+        problems.add(
+            "vaultTLSClientCertPath and vaultTLSClientKeyPath must be set together "
+            "(a client certificate needs its key)"
+        )
+    specs = parse_objects(values["objects"], ctx, problems)
+    problems.raise_if_any()
+    return StorePlan("vault", store, tuple(specs), tuple(problems.warnings))
+
+
+def _one_spelling(params: Mapping[str, str], name: str, problems: Problems) -> str:
+    """The value of a setting given under any of its spellings; two non-empty ones conflict."""
+    given = [(k, params[k]) for k in SPELLINGS[name] if params.get(k, "") != ""]
+    if len(given) > 1:
+        keys = ", ".join(k for k, _ in given)
+        problems.add(f"{keys} name the same setting; set only one of them")
+    return given[0][1].strip() if given else ""
+
+
+def _default_address(ctx: ParseContext, problems: Problems) -> str:
+    if ctx.offline:
+        problems.warn("vaultAddress is not set: the provider's --vault-addr / VAULT_ADDR is used")
+        return ""
+    addr = getattr(ctx.options, "addr", None) or ""
+    if not addr:
+        problems.add(
+            "vaultAddress is not set and the provider has no default: set vaultAddress in the "
+            "SecretProviderClass, or start the provider with --vault-addr (or VAULT_ADDR)"
+        )
+    return str(addr)
+
+
+def _or_option(values: Mapping[str, str], options: Any, name: str, option: str) -> str:
+    return values[name] or str(getattr(options, option, None) or "")
+
+
+def _go_bool(value: str, field: str, problems: Problems, default: bool = False) -> bool:
+    if value == "":
+        return default
+    if value in _GO_FALSE:
+        return False
+    if value in _GO_TRUE:
+        return True
+    problems.add(f'{field}: expected "true" or "false", got {value!r}')
+    return False

@@ -1,0 +1,272 @@
+"""`secrets-bridge mount`: play the driver (and the kubelet) for one SecretProviderClass.
+
+Builds the MountRequest exactly as the driver does, calls a running provider's socket (or an
+in-process one on a temporary socket, through the same gRPC path), refuses what the driver would
+refuse, and writes the answer with the driver's atomic `..data` symlink layout. With
+`--csidriver` it also applies the kubelet's rules: no inline volume unless the CSIDriver lists
+`Ephemeral`, and tokens only for the audiences its `tokenRequests` lists.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import json
+import os
+import shutil
+import tempfile
+import time
+import uuid
+from collections.abc import AsyncIterator, Mapping
+from dataclasses import dataclass
+
+import grpc
+import yaml
+
+from protos import provider_pb2, provider_pb2_grpc
+from provider.cli import spc
+from provider.core.errors import InvalidParameters
+from provider.core.files import path_problem
+from provider.core.settings import ServeSettings
+
+DATA_DIR = "..data"
+
+
+def add_mount_flags(p: argparse.ArgumentParser) -> None:
+    p.add_argument("file", help="YAML file holding the SecretProviderClass")
+    p.add_argument("--target", required=True, help="directory to write the volume into")
+    p.add_argument("--provider-socket", help="call a running provider (default: in-process)")
+    p.add_argument("--namespace", help="pod namespace (default: the class's namespace)")
+    p.add_argument("--pod-name", default="secrets-bridge-mount")
+    p.add_argument("--pod-uid", default="")
+    p.add_argument("--service-account", default="default")
+    p.add_argument(
+        "--token",
+        action="append",
+        default=[],
+        metavar="AUDIENCE=FILE",
+        help="a service account token file for an audience (repeatable)",
+    )
+    p.add_argument(
+        "--volume-attribute",
+        action="append",
+        default=[],
+        metavar="KEY=VALUE",
+        help="the inline volume's volumeAttributes (repeatable)",
+    )
+    p.add_argument(
+        "--node-publish-secret",
+        metavar="FILE",
+        help="YAML/JSON map: the nodePublishSecretRef Secret's data",
+    )
+    p.add_argument("--csidriver", metavar="FILE", help="apply this CSIDriver's kubelet rules")
+    p.add_argument("--permission", default="0644", help="default file mode (octal)")
+    p.add_argument("--timeout", type=float, default=120.0, help="seconds, like the kubelet's")
+    p.add_argument("--print-contents", action="store_true", help="print each file's contents")
+
+
+@dataclass(frozen=True)
+class CSIDriverRules:
+    ephemeral: bool
+    audiences: frozenset[str] | None
+    pod_info: bool
+
+
+def load_csidriver(path: str) -> CSIDriverRules:
+    with open(path, encoding="utf-8") as fh:
+        doc = yaml.safe_load(fh) or {}
+    spec = doc.get("spec") or {}
+    modes = spec.get("volumeLifecycleModes") or ["Persistent"]
+    requests = spec.get("tokenRequests")
+    audiences = None if requests is None else frozenset(r.get("audience", "") for r in requests)
+    return CSIDriverRules("Ephemeral" in modes, audiences, bool(spec.get("podInfoOnMount")))
+
+
+def kubelet_keys(
+    *,
+    pod_name: str,
+    namespace: str,
+    uid: str,
+    service_account: str,
+    tokens: Mapping[str, str] | None = None,
+) -> dict[str, str]:
+    """What the kubelet adds to an inline volume's context: the pod's identity and, when the
+    CSIDriver requests tokens, their JSON — a string inside the attributes JSON (SPEC §1)."""
+    keys = {
+        "csi.storage.k8s.io/pod.name": pod_name,
+        "csi.storage.k8s.io/pod.namespace": namespace,
+        "csi.storage.k8s.io/pod.uid": uid,
+        "csi.storage.k8s.io/serviceAccount.name": service_account,
+        "csi.storage.k8s.io/ephemeral": "true",
+    }
+    if tokens:
+        expiry = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(time.time() + 3600))
+        keys["csi.storage.k8s.io/serviceAccount.tokens"] = json.dumps(
+            {aud: {"token": tok, "expirationTimestamp": expiry} for aud, tok in tokens.items()}
+        )
+    return keys
+
+
+def build_request(
+    cls: spc.SecretProviderClass,
+    args: argparse.Namespace,
+    tokens: Mapping[str, str],
+    rules: CSIDriverRules | None,
+) -> provider_pb2.MountRequest:
+    """The driver's request: SPC parameters overlaid by the volume context (SPEC §1)."""
+    attributes: dict[str, str] = dict(cls.parameters)
+    for item in args.volume_attribute:
+        key, sep, value = item.partition("=")
+        if not sep:
+            raise InvalidParameters(f"--volume-attribute {item!r}: expected KEY=VALUE")
+        attributes[key] = value
+    attributes["secretProviderClass"] = cls.name
+    pod = kubelet_keys(
+        pod_name=args.pod_name,
+        namespace=args.namespace or cls.namespace,
+        uid=args.pod_uid or str(uuid.uuid4()),
+        service_account=args.service_account,
+        tokens=tokens,
+    )
+    if rules is not None and not rules.pod_info:
+        # Without podInfoOnMount the kubelet sends tokens but not the pod's keys.
+        pod = {k: v for k, v in pod.items() if k.endswith("serviceAccount.tokens")}
+    attributes.update(pod)
+    secrets = "null"
+    if args.node_publish_secret:
+        with open(args.node_publish_secret, encoding="utf-8") as fh:
+            secrets = json.dumps(yaml.safe_load(fh) or {})
+    return provider_pb2.MountRequest(
+        attributes=json.dumps(attributes),
+        secrets=secrets,
+        target_path=os.path.abspath(args.target),
+        permission=str(int(args.permission, 8)),
+    )
+
+
+def read_tokens(items: list[str], rules: CSIDriverRules | None) -> dict[str, str]:
+    tokens = {}
+    for item in items:
+        audience, sep, path = item.partition("=")
+        if not sep:
+            raise InvalidParameters(f"--token {item!r}: expected AUDIENCE=FILE")
+        if rules is not None and rules.audiences is not None and audience not in rules.audiences:
+            print(
+                f"kubelet: no token for audience {audience!r}: the CSIDriver's tokenRequests "
+                f"lists only {sorted(rules.audiences)}"
+            )
+            continue
+        with open(path, encoding="utf-8") as fh:
+            tokens[audience] = fh.read().strip()
+    return tokens
+
+
+def check_response(response: provider_pb2.MountResponse) -> None:
+    """Refuse what the driver refuses (SPEC §1, "What the driver does with the answer")."""
+    if response.error.code:
+        raise InvalidParameters(f"the provider answered error code {response.error.code!r}")
+    if not response.object_version:
+        raise InvalidParameters(
+            "the provider answered no object versions (missing object "
+            "versions): the driver fails such a mount"
+        )
+    problems = [f"{f.path!r}: {p}" for f in response.files if (p := path_problem(f.path))]
+    problems += [
+        f"{f.path!r}: mode {f.mode} outside 0..511"
+        for f in response.files
+        if not 0 <= f.mode <= 0o777
+    ]
+    if problems:
+        raise InvalidParameters("the driver would refuse the answer: " + "; ".join(problems))
+
+
+def write_atomically(target: str, files: list[tuple[str, int, bytes]]) -> None:
+    """The kubelet/driver AtomicWriter layout: files in a timestamped directory, `..data`
+    pointing at it, and one symlink per top-level name pointing through `..data`."""
+    os.makedirs(target, exist_ok=True)
+    stamp = tempfile.mkdtemp(prefix=time.strftime("..%Y_%m_%d_%H_%M_%S."), dir=target)
+    os.chmod(stamp, 0o755)  # noqa: S103 - readable like the driver's own layout
+    for path, mode, contents in files:
+        full = os.path.join(stamp, path)
+        os.makedirs(os.path.dirname(full), exist_ok=True)
+        with open(full, "wb") as fh:
+            fh.write(contents)
+        os.chmod(full, mode)
+    data_link = os.path.join(target, DATA_DIR)
+    old = os.readlink(data_link) if os.path.islink(data_link) else None
+    tmp_link = os.path.join(target, "..data_tmp")
+    with contextlib.suppress(FileNotFoundError):
+        os.unlink(tmp_link)
+    os.symlink(os.path.basename(stamp), tmp_link)
+    os.rename(tmp_link, data_link)
+    top = {p.split("/", 1)[0] for p, _, _ in files}
+    for name in top:
+        link = os.path.join(target, name)
+        if not os.path.lexists(link):
+            os.symlink(os.path.join(DATA_DIR, name), link)
+    for name in os.listdir(target):
+        full = os.path.join(target, name)
+        if not name.startswith("..") and name not in top and os.path.islink(full):
+            os.unlink(full)
+    if old:
+        shutil.rmtree(os.path.join(target, old), ignore_errors=True)
+
+
+@contextlib.asynccontextmanager
+async def _provider(args: argparse.Namespace, settings: ServeSettings) -> AsyncIterator[str]:
+    if args.provider_socket:
+        yield args.provider_socket
+        return
+    from provider.core.metrics import Metrics
+    from provider.edge.app import build_mounter
+    from provider.edge.server import ProviderServicer, build_server
+
+    with tempfile.TemporaryDirectory(prefix="secrets-bridge-") as tmp:
+        socket = os.path.join(tmp, "provider.sock")
+        metrics = Metrics()
+        mounter, backends = build_mounter(settings, metrics)
+        server = build_server(
+            ProviderServicer(mounter=mounter, metrics=metrics),
+            max_send_bytes=settings.core.max_response_bytes + 65536,
+        )
+        server.add_insecure_port(f"unix://{socket}")
+        await server.start()
+        try:
+            yield socket
+        finally:
+            await server.stop(None)
+            await backends.close()
+
+
+async def run(args: argparse.Namespace, settings: ServeSettings) -> int:
+    from provider.edge.server import dial
+
+    try:
+        rules = load_csidriver(args.csidriver) if args.csidriver else None
+        if rules is not None and not rules.ephemeral:
+            print(
+                "kubelet: the CSIDriver does not list Ephemeral in spec.volumeLifecycleModes, "
+                "so pods cannot use it in an inline volume"
+            )
+            return 1
+        cls = spc.load(args.file)[0]
+        request = build_request(cls, args, read_tokens(args.token, rules), rules)
+        async with _provider(args, settings) as socket, dial(socket) as channel:
+            stub = provider_pb2_grpc.CSIDriverProviderStub(channel)
+            response = await stub.Mount(request, timeout=args.timeout, wait_for_ready=True)
+        check_response(response)
+    except InvalidParameters as exc:
+        print(f"mount refused: {exc}")
+        return 1
+    except grpc.aio.AioRpcError as exc:
+        print(f"mount failed: {exc.code().name}: {exc.details()}")
+        return 1
+    files = [(f.path, f.mode, f.contents) for f in response.files]
+    write_atomically(args.target, files)
+    for path, mode, contents in files:
+        print(f"{oct(mode)[2:]:>4} {len(contents):>7} {os.path.join(args.target, path)}")
+        if args.print_contents:
+            print("     " + contents.decode("utf-8", "replace").replace("\n", "\n     "))
+    for v in response.object_version:
+        print(f"version {v.id} = {v.version}")
+    return 0

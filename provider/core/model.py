@@ -1,0 +1,219 @@
+"""The one interface every store implements, and the store-neutral types that cross it.
+
+A Mount travels: attributes (provider) -> the backend's dialect parser (`backends/<x>/params.py`,
+parameters -> `StorePlan` of `ObjectSpec`s) -> `Backend.identify` (who the pod is for this store;
+refuses before any cache is consulted) -> `Backend.fetch` (values per store reference) ->
+transforms and files (provider). Backends never see protobuf types or the gRPC server.
+
+Each backend package `backends/<name>/` exposes:
+  - `params.py`:  KEYS (every parameter name of the dialect) and
+                  `parse(params: Mapping[str, str], ctx: ParseContext) -> StorePlan`;
+                  imports no SDK, so `check` and start-up stay fast.
+  - `options.py`: `Options`, a frozen dataclass of provider-level flags (see provider/settings.py:
+                  each field becomes `--<name>-<field>` and `SECRETS_BRIDGE_<NAME>_<FIELD>`).
+  - `store.py`:   `create(env: BackendEnv) -> Backend`; imports the SDK (lazily, on first use).
+"""
+
+from __future__ import annotations
+
+import hashlib
+from collections.abc import Hashable, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any, Literal, Protocol
+
+from provider.core.errors import BridgeError
+
+if TYPE_CHECKING:
+    from provider.core.caching import ExpiringCache
+    from provider.core.kube import KubeClient
+    from provider.core.metrics import Metrics
+    from provider.core.settings import CoreSettings
+
+Decode = Literal["base64", "hex"]
+
+
+@dataclass(frozen=True)
+class PodToken:
+    """A service-account token the kubelet minted for one audience."""
+
+    token: str = field(repr=False)
+    expiration: str = ""
+
+
+@dataclass(frozen=True)
+class Pod:
+    """The pod a Mount is for, from the kubelet's own attribute keys (trustworthy)."""
+
+    namespace: str
+    name: str
+    uid: str
+    service_account: str
+    tokens: Mapping[str, PodToken] = field(default_factory=dict, repr=False)
+    #: Data of the volume's nodePublishSecretRef Secret ({} when none).
+    node_publish_secret: Mapping[str, str] = field(default_factory=dict, repr=False)
+
+    @property
+    def subject(self) -> str:
+        """How messages name the identity: namespace/serviceaccount."""
+        return f"{self.namespace}/{self.service_account}"
+
+
+@dataclass(frozen=True)
+class Transforms:
+    """What to do with a fetched value before it becomes a file (provider/transforms.py).
+
+    `extract_key` is a literal top-level key (upstream `secretKey`, `extractJSONKey`,
+    `extractYAMLKey`); `extract` is a JMESPath expression (ours, and AWS `jmesPath`).
+    `decode` runs last, on the bytes of the (extracted) value.
+    """
+
+    extract: str | None = None
+    extract_key: str | None = None
+    #: How to parse the value for extraction: "json", "yaml", or "any" (JSON, then YAML).
+    parse_as: Literal["json", "yaml", "any"] = "any"
+    explode: bool = False
+    decode: Decode | None = None
+    file: bool = True
+
+    @property
+    def identity(self) -> bool:
+        return not (self.extract or self.extract_key or self.explode or self.decode)
+
+
+@dataclass(frozen=True)
+class ObjectSpec:
+    """One object of a SecretProviderClass, store-neutral.
+
+    `name` is the file name it gets (and the name templates use); `ref` is the backend's own
+    frozen, hashable description of what to fetch. Several specs may share one `ref` (AWS writes
+    the whole secret and each jmesPath result from one read); the core fetches each ref once.
+    """
+
+    name: str
+    ref: Hashable
+    #: File mode; None means the request's default `permission`.
+    mode: int | None = None
+    transforms: Transforms = Transforms()
+    #: The SPC field that named this object, for messages (e.g. "objects[2].objectName").
+    field: str = ""
+
+
+@dataclass(frozen=True)
+class StorePlan:
+    """A parsed SecretProviderClass for one backend."""
+
+    backend: str
+    #: The backend's own frozen settings for this class (address, role, region, ...).
+    store: Hashable
+    objects: tuple[ObjectSpec, ...]
+    warnings: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True)
+class SecretValue:
+    """One value fetched from a store. Never printed: content and data stay out of reprs."""
+
+    content: bytes = field(repr=False)
+    #: The store's own version id (not a content hash), if it has one.
+    version: str | None = None
+    #: A structured view for transforms (Vault: the secret's data map), else parsed from content.
+    data: Any = field(default=None, repr=False, compare=False)
+    #: For an object that yields several files (Azure version history): file `<name>/<suffix>`.
+    suffix: str = ""
+    #: ObjectVersion id override (Azure history: `<type>/<name>/<i>`); default is the file path.
+    version_id: str | None = None
+
+
+#: What a fetch yields per ref: one or more values, or the error for that object.
+Fetched = Sequence[SecretValue] | BridgeError
+
+
+@dataclass(frozen=True)
+class Identity:
+    """Who the store sees. `key` keys every cache; it never contains secret material."""
+
+    key: str
+    #: namespace/serviceaccount, for messages.
+    subject: str
+    #: The backend's login material (pod token, client secret, ...).
+    credential: Any = field(default=None, repr=False, compare=False)
+
+
+@dataclass(frozen=True)
+class FetchContext:
+    """Per-Mount limits handed to the backend."""
+
+    #: `time.monotonic()` after which the driver has given up on this Mount.
+    deadline: float
+    #: `time.monotonic()` after which no retry may start (about a third of the deadline).
+    retry_deadline: float
+
+
+@dataclass(frozen=True)
+class ParseContext:
+    """What a dialect parser may know besides the parameters.
+
+    `options` is the backend's `Options` instance for `serve`/`mount`, or None under `check`,
+    which takes no provider flags: a parameter that would fall back to a provider-level default
+    is then a warning, not an error.
+    """
+
+    options: Any = None
+    max_objects: int = 100
+
+    @property
+    def offline(self) -> bool:
+        return self.options is None
+
+
+@dataclass(frozen=True)
+class BackendEnv:
+    """Everything a backend is built with (the composition root fills it)."""
+
+    name: str
+    core: CoreSettings
+    options: Any
+    kube: KubeClient
+    metrics: Metrics
+    #: Cache for credentials (tokens, STS credentials) keyed by Identity.key.
+    credentials: ExpiringCache[Any]
+
+
+class Backend(Protocol):
+    """A secret store."""
+
+    name: str
+
+    async def identify(self, plan: StorePlan, pod: Pod) -> Identity:
+        """Resolve the identity the pod uses for this store.
+
+        Must raise MissingCredential when the pod brought no token for the store's audience (and
+        no nodePublishSecretRef credentials, and the TokenRequest fallback is off), and
+        PermissionDenied for node identity outside the allowed namespaces — before any cache.
+        """
+        ...
+
+    async def fetch(
+        self,
+        plan: StorePlan,
+        identity: Identity,
+        refs: Sequence[Hashable],
+        ctx: FetchContext,
+    ) -> Mapping[Hashable, Fetched]:
+        """Fetch each ref (unique) once; per-ref errors are returned, not raised."""
+        ...
+
+    async def close(self) -> None: ...
+
+
+def identity_key(backend: str, *parts: object) -> str:
+    """A readable, secret-free cache key: backend|part|part|... (parts must not be secrets)."""
+    return "|".join([backend, *(str(p) for p in parts)])
+
+
+def credential_hash(data: Mapping[str, str]) -> str:
+    """A key part for nodePublishSecretRef credentials: a hash, never the credentials."""
+    digest = hashlib.sha256()
+    for k in sorted(data):
+        digest.update(k.encode() + b"\0" + data[k].encode() + b"\0")
+    return "cred:" + digest.hexdigest()[:32]

@@ -1,0 +1,106 @@
+"""The driver's MountRequest fields -> a frozen `MountInput` (SPEC §1 "What the driver sends").
+
+`attributes` is a JSON object of strings: SPC parameters overlaid by the volume context. The
+kubelet's pod keys identify the pod truthfully; everything else may come from the pod author.
+The tokens value is JSON inside a JSON string; `secrets` is `null`, `{}` or a map of strings.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping
+from typing import Any
+
+from provider.core.errors import InvalidParameters
+from provider.core.model import Pod, PodToken
+from provider.mount.mounting import MountInput
+
+POD_NAME = "csi.storage.k8s.io/pod.name"
+POD_NAMESPACE = "csi.storage.k8s.io/pod.namespace"
+POD_UID = "csi.storage.k8s.io/pod.uid"
+SERVICE_ACCOUNT = "csi.storage.k8s.io/serviceAccount.name"
+TOKENS = "csi.storage.k8s.io/serviceAccount.tokens"
+DEFAULT_PERMISSION = 0o644
+
+
+def parse_request(attributes: str, secrets: str, permission: str, target_path: str) -> MountInput:
+    attrs = _json_object(attributes, "attributes")
+    not_strings = sorted(k for k, v in attrs.items() if not isinstance(v, str))
+    if not_strings:
+        raise InvalidParameters(
+            f"attributes: every value must be a string; not a string: {', '.join(not_strings)}"
+        )
+    params: dict[str, str] = dict(attrs)
+    publish = _secrets(secrets)
+    raw_tokens = params.get(TOKENS) or publish.pop(TOKENS, "")
+    missing = [k for k in (POD_NAMESPACE, SERVICE_ACCOUNT) if not params.get(k)]
+    if missing:
+        raise InvalidParameters(
+            f"attributes: missing {', '.join(missing)}; the kubelet sends these when the "
+            "CSIDriver has podInfoOnMount: true"
+        )
+    pod = Pod(
+        namespace=params[POD_NAMESPACE],
+        name=params.get(POD_NAME, ""),
+        uid=params.get(POD_UID, ""),
+        service_account=params[SERVICE_ACCOUNT],
+        tokens=_tokens(raw_tokens),
+        node_publish_secret=publish,
+    )
+    params.pop(TOKENS, None)
+    return MountInput(
+        params=params, pod=pod, permission=_permission(permission), target_path=target_path
+    )
+
+
+def _json_object(text: str, field: str) -> dict[str, Any]:
+    try:
+        value = json.loads(text)
+    except json.JSONDecodeError as exc:
+        raise InvalidParameters(f"{field}: not valid JSON ({exc.msg} at {exc.pos})") from None
+    if not isinstance(value, dict):
+        raise InvalidParameters(f"{field}: expected a JSON object, got {type(value).__name__}")
+    return value
+
+
+def _secrets(text: str) -> dict[str, str]:
+    if text.strip() in ("", "null"):
+        return {}
+    data = _json_object(text, "secrets")
+    bad = sorted(k for k, v in data.items() if not isinstance(v, str))
+    if bad:
+        raise InvalidParameters(
+            f"secrets: nodePublishSecretRef values must be strings; not a string: {', '.join(bad)}"
+        )
+    return dict(data)
+
+
+def _tokens(raw: str) -> Mapping[str, PodToken]:
+    if not raw:
+        return {}
+    data = _json_object(raw, TOKENS)
+    tokens = {}
+    for audience, entry in data.items():
+        if not isinstance(entry, dict) or not isinstance(entry.get("token"), str):
+            raise InvalidParameters(
+                f"{TOKENS}: the entry for audience {audience!r} must be "
+                '{"token": "...", "expirationTimestamp": "..."}'
+            )
+        expiration = entry.get("expirationTimestamp", "")
+        tokens[audience] = PodToken(entry["token"], str(expiration))
+    return tokens
+
+
+def _permission(text: str) -> int:
+    if text.strip() == "":
+        return DEFAULT_PERMISSION
+    try:
+        mode = json.loads(text)
+    except ValueError:
+        mode = None
+    if not isinstance(mode, int) or isinstance(mode, bool) or not 0 <= mode <= 0o777:
+        raise InvalidParameters(
+            f'permission: expected a decimal file mode between 0 and 511 (e.g. "420" for '
+            f"0644), got {text[:20]!r}"
+        )
+    return mode
