@@ -15,7 +15,7 @@ from devkit.devstores import MotoDev, PodTokens
 from provider.mount.mounting import MountInput
 from tests.e2e.conftest import Stack
 from tests.helpers import make_pod
-from tests.mounting.conftest import Harness
+from tests.mount.conftest import Harness
 
 TEMPLATES = yaml.safe_dump(
     [

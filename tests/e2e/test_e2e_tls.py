@@ -26,7 +26,7 @@ from devkit.devstores import PodTokens, free_port
 from provider.core.errors import BridgeError
 from provider.mount.mounting import MountInput
 from tests.helpers import make_pod
-from tests.mounting.conftest import Harness
+from tests.mount.conftest import Harness
 
 NAMES = ["localhost", "login.microsoftonline.com", "kv.vault.azure.net", "sts.googleapis.com"]
 

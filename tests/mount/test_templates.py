@@ -10,7 +10,7 @@ import pytest
 import yaml
 
 from provider.core.errors import InvalidParameters
-from tests.mounting.conftest import Harness
+from tests.mount.conftest import Harness
 
 STORE = {
     "secrets": {

@@ -11,7 +11,7 @@ import pytest
 
 from protos import provider_pb2
 from provider import __version__
-from tests.server.conftest import Provider, attributes, mount_request
+from tests.edge.conftest import Provider, attributes, mount_request
 
 
 async def test_version_answers_like_the_driver_expects(provider: Provider) -> None:

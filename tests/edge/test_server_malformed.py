@@ -8,7 +8,7 @@ import grpc
 import pytest
 import yaml
 
-from tests.server.conftest import Provider, attributes, mount_request
+from tests.edge.conftest import Provider, attributes, mount_request
 
 POD = {
     "csi.storage.k8s.io/pod.name": "app-0",

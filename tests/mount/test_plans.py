@@ -6,7 +6,7 @@ import logging
 
 import pytest
 
-from tests.mounting.conftest import Harness
+from tests.mount.conftest import Harness
 
 
 async def test_unknown_parameter_is_logged_once_per_class(

@@ -16,7 +16,7 @@ import yaml
 
 from devkit.devstores import free_port
 from protos import provider_pb2, provider_pb2_grpc
-from tests.server.conftest import attributes, driver_channel, mount_request
+from tests.edge.conftest import attributes, driver_channel, mount_request
 
 
 def start_serve(tmp_path: Path, *extra: str) -> tuple[subprocess.Popen[bytes], str]:

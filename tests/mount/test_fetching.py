@@ -9,7 +9,7 @@ import pytest
 
 from provider.core.errors import MissingCredential, MountFailed
 from tests.helpers import make_pod
-from tests.mounting.conftest import Harness
+from tests.mount.conftest import Harness
 
 OBJECTS = [
     {"objectName": "a", "secretPath": "s"},
