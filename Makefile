@@ -36,7 +36,7 @@ protos: install
 	$(BIN)/python -m grpc_tools.protoc -I. --python_out=. --grpc_python_out=. --pyi_out=. protos/provider.proto
 
 bench: install
-	$(BIN)/secrets-bridge bench
+	$(BIN)/python -m provider.cli.main bench
 
 clean:
 	rm -rf $(VENV) .tools build *.egg-info

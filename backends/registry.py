@@ -1,7 +1,7 @@
 """Backends by name, imported only when used (start-up stays fast; SDKs load on first Mount).
 
-Each package follows the layout in backends/base.py: `params` (dialect parser, no SDK),
-`options` (provider-level flags), `store` (the Backend, with its SDK).
+Each package follows the file roles in provider/core/backend.py: `dialect` (parameters, no SDK),
+`options` (provider-level flags), `auth`, `client`, `store` (the Backend, with its SDK).
 """
 
 from __future__ import annotations
@@ -11,7 +11,7 @@ import importlib.util
 from types import ModuleType
 from typing import Any
 
-from provider.core.model import Backend, BackendEnv
+from provider.core.backend import AnyBackend, BackendEnv
 
 PACKAGES: dict[str, str] = {
     "vault": "backends.vault",
@@ -31,16 +31,14 @@ def dialect_module(name: str) -> ModuleType:
     return importlib.import_module(f"{PACKAGES[name]}.dialect")
 
 
-def options_class(name: str) -> type[Any] | None:
-    try:
-        module = importlib.import_module(f"{PACKAGES[name]}.options")
-    except ModuleNotFoundError:
-        return None
+def options_class(name: str) -> type[Any]:
+    """The store's Options dataclass; every store has one, and `Options()` is its defaults."""
+    module = importlib.import_module(f"{PACKAGES[name]}.options")
     options: type[Any] = module.Options
     return options
 
 
-def create(env: BackendEnv) -> Backend:
+def create(env: BackendEnv[Any]) -> AnyBackend:
     module = importlib.import_module(f"{PACKAGES[env.name]}.store")
-    backend: Backend = module.create(env)
+    backend: AnyBackend = module.create(env)
     return backend

@@ -18,7 +18,9 @@ import tempfile
 from pathlib import Path
 from typing import Any
 
-from devkit.devstores import OpenBaoDev, PodTokens, free_port
+from devkit.openbao import OpenBao, read_policy
+from devkit.ports import free_port
+from devkit.tokens import SigningKey
 from protos import provider_pb2_grpc
 from provider.cli import mount as driver
 from provider.cli import spc
@@ -104,16 +106,12 @@ def read_back(target: Path) -> None:
 async def run_demo() -> int:
     with tempfile.TemporaryDirectory(prefix="secrets-bridge-demo-") as tmp:
         work = Path(tmp)
-        tokens = PodTokens()
+        tokens = SigningKey.generate()
         step(1, "An embedded OpenBao dev server, seeded")
-        bao = OpenBaoDev(work)
-        await bao.start()
+        bao = await asyncio.to_thread(OpenBao.start, work / "openbao")
         try:
-            url = bao.url
-            await bao.configure_jwt(tokens)
-            await bao.add_role(ROLE, NAMESPACE, [SERVICE_ACCOUNT], ["secret/data/db-password"])
-            await bao.kv_put("db-password", {"username": "app", "password": "correct-horse-1"})
-            bao.audit_mark()
+            url = bao.addr
+            await asyncio.to_thread(seed, bao, tokens)
             print(f"    OpenBao at {url}: KV v2 secret/db-password (username, password),")
             print(
                 f"    jwt auth at auth/jwt with role {ROLE!r} bound to "
@@ -141,12 +139,28 @@ async def run_demo() -> int:
                 stop.set()
                 await server
         finally:
-            await bao.stop()
+            await asyncio.to_thread(bao.stop)
         step(9, "Provider stopped (SIGTERM path), OpenBao stopped, temp files removed")
     return 0
 
 
-async def walk(work: Path, sock: str, bao: OpenBaoDev, tokens: PodTokens) -> None:
+def seed(bao: OpenBao, tokens: SigningKey) -> None:
+    """jwt auth trusting the cluster's key, a role for demo/app reading one KV v2 secret."""
+    bao.configure_jwt_auth("jwt", tokens.public_pem)
+    bao.put_policy(ROLE, read_policy(["secret/data/db-password"]))
+    bao.add_jwt_role(
+        "jwt", ROLE, namespace=NAMESPACE, service_account=SERVICE_ACCOUNT, policies=[ROLE]
+    )
+    bao.kv2_put("secret", "db-password", {"username": "app", "password": "correct-horse-1"})
+    bao.audit_mark()
+
+
+def show_audit(bao: OpenBao) -> None:
+    for (operation, path), n in sorted(bao.audit_counts().items()):
+        print(f"      {n} x {operation} {path}")
+
+
+async def walk(work: Path, sock: str, bao: OpenBao, tokens: SigningKey) -> None:
     print(f"    secrets-bridge serving on {sock} (the driver dials <dir>/secrets-bridge.sock)")
     step(2, "The pod's inline CSI volume and its SecretProviderClass")
     print(indent(POD_YAML))
@@ -160,7 +174,7 @@ async def walk(work: Path, sock: str, bao: OpenBaoDev, tokens: PodTokens) -> Non
         f"    tokenRequests audiences: {sorted(rules.audiences or [])} -> the kubelet mints a "
         f"token for audience 'vault' for {NAMESPACE}/{SERVICE_ACCOUNT}"
     )
-    (work / "token").write_text(tokens.token(NAMESPACE, SERVICE_ACCOUNT, "vault"))
+    (work / "token").write_text(tokens.pod_token(NAMESPACE, SERVICE_ACCOUNT, "vault"))
     args = argparse.Namespace(
         volume_attribute=[],
         pod_name="web-0",
@@ -180,8 +194,7 @@ async def walk(work: Path, sock: str, bao: OpenBaoDev, tokens: PodTokens) -> Non
     response = await mount_once(sock, request)
     step(5, "secrets-bridge logged in to OpenBao as the pod and read the secret")
     print("    OpenBao's audit log shows what the store served:")
-    for call, n in sorted(bao.audit_counts().items()):
-        print(f"      {n} x {call}")
+    show_audit(bao)
     for v in response.object_version:
         print(f"    object version {v.id} = {v.version}  (HMAC, not a content hash)")
     step(6, "The driver writes the files (atomic ..data swap); the app reads them")
@@ -190,7 +203,7 @@ async def walk(work: Path, sock: str, bao: OpenBaoDev, tokens: PodTokens) -> Non
     print(f"    {target}: {sorted(os.listdir(target))}")
     read_back(target)
     step(7, "Rotation: a new KV version; the kubelet republishes; the driver calls Mount again")
-    await bao.kv_put("db-password", {"username": "app", "password": "correct-horse-2"})
+    bao.kv2_put("secret", "db-password", {"username": "app", "password": "correct-horse-2"})
     before = {v.id: v.version for v in response.object_version}
     response = await mount_once(sock, request)
     driver.write_atomically(str(target), [(f.path, f.mode, f.contents) for f in response.files])
@@ -198,8 +211,7 @@ async def walk(work: Path, sock: str, bao: OpenBaoDev, tokens: PodTokens) -> Non
         changed = "changed" if before.get(v.id) != v.version else "unchanged"
         print(f"    object version {v.id}: {before.get(v.id)} -> {v.version} ({changed})")
     print("    OpenBao's audit log so far (the pod's Vault token is reused, no second login):")
-    for call, n in sorted(bao.audit_counts().items()):
-        print(f"      {n} x {call}")
+    show_audit(bao)
     read_back(target)
     step(8, "The pod is deleted: the kubelet unmounts and removes the volume")
     shutil.rmtree(target)

@@ -1,15 +1,25 @@
 """Stores for `bench`: each rig starts (or prepares) a store, seeds it, tells the provider how
-to reach it, and counts the calls the store served (on the store's side where it can)."""
+to reach it, and counts the calls the store served (on the store's side where it can).
+
+The OpenBao rig can also be killed and started again while the provider runs (`restart`, the
+soak scenario's outages): the provider reaches it through a TCP forwarder (`devkit.forward`)
+that keeps one address while the server behind it is replaced, and the new dev server is seeded
+again (a dev server keeps nothing), so the provider's Vault tokens die with the old one."""
 
 from __future__ import annotations
 
+import asyncio
 import urllib.request
 from pathlib import Path
 from typing import Protocol
 
 import yaml
 
-from devkit.devstores import FaultProxy, MotoDev, OpenBaoDev, PodTokens
+from devkit.forward import Forwarder
+from devkit.moto import CountingProxy, MotoServer
+from devkit.openbao import OpenBao, read_policy
+from devkit.proxy import FaultProxy
+from devkit.tokens import SigningKey
 
 
 class Rig(Protocol):
@@ -21,6 +31,10 @@ class Rig(Protocol):
     async def start(self) -> None: ...
     def store_calls(self) -> dict[str, int]: ...
     async def stop(self) -> None: ...
+
+
+class Restartable(Protocol):
+    async def restart(self, down: float) -> None: ...
 
 
 class FakeRig:
@@ -67,12 +81,24 @@ class OpenBaoRig:
 
     name = "openbao"
 
-    def __init__(self, work: Path, objects: int, identities: int, error_rate: float) -> None:
-        self.bao = OpenBaoDev(work)
+    def __init__(
+        self,
+        work: Path,
+        objects: int,
+        identities: int,
+        error_rate: float,
+        service_accounts: list[str] | None = None,
+    ) -> None:
+        self.work = work / "openbao"
+        self.bao: OpenBao | None = None
         self.proxy: FaultProxy | None = None
+        self.forwarder: Forwarder | None = None
+        self.restarts = 0
+        self._counted: dict[str, int] = {}
         self.error_rate = error_rate
-        self.pod_tokens = PodTokens()
-        self.objects, self.identities = objects, identities
+        self.pod_tokens = SigningKey.generate()
+        self.objects = objects
+        self.accounts = service_accounts or [f"sa-{k}" for k in range(identities)]
         self.provider_args: list[str] = []
         items = [
             {
@@ -91,32 +117,60 @@ class OpenBaoRig:
         self._tokens: dict[str, str] = {}
 
     async def start(self) -> None:
-        await self.bao.start()
-        await self.bao.configure_jwt(self.pod_tokens)
-        sas = [f"sa-{k}" for k in range(self.identities)]
-        await self.bao.add_role("bench", "bench", sas, ["secret/data/bench/*"])
-        for i in range(self.objects):
-            await self.bao.kv_put(f"bench/s{i}", {"user": f"u{i}", "password": f"p{i}"})
-        self.bao.audit_mark()
-        url = self.bao.url
+        self.bao = bao = await asyncio.to_thread(OpenBao.start, self.work)
+        await asyncio.to_thread(self._seed, bao)
+        host, port = bao.addr.removeprefix("http://").rsplit(":", 1)
+        self.forwarder = Forwarder(host, int(port))
+        await self.forwarder.start()
+        url = self.forwarder.url
         if self.error_rate > 0:
-            self.proxy = FaultProxy(self.bao.url)
+            self.proxy = FaultProxy(url)
             self.proxy.error_rate = self.error_rate
             await self.proxy.start()
             url = self.proxy.url
         self.provider_args = ["--vault-addr", url]
 
+    def _seed(self, bao: OpenBao) -> None:
+        bao.configure_jwt_auth("jwt", self.pod_tokens.public_pem)
+        bao.put_policy("bench", read_policy(["secret/data/bench/*"]))
+        bao.add_jwt_role(
+            "jwt", "bench", namespace="bench", service_account=self.accounts, policies=["bench"]
+        )
+        for i in range(self.objects):
+            bao.kv2_put("secret", f"bench/s{i}", {"user": f"u{i}", "password": f"p{i}"})
+        bao.audit_mark()
+
     def tokens(self, service_account: str) -> dict[str, str]:
         if service_account not in self._tokens:
-            self._tokens[service_account] = self.pod_tokens.token("bench", service_account, "vault")
+            token = self.pod_tokens.pod_token("bench", service_account, "vault")
+            self._tokens[service_account] = token
         return {"vault": self._tokens[service_account]}
 
+    async def restart(self, down: float) -> None:
+        """Kill the server (open connections are cut), stay down `down` seconds, start a new
+        one behind the same address and seed it again."""
+        assert self.bao is not None and self.forwarder is not None
+        self._counted = self.store_calls()
+        self.forwarder.upstream = None
+        self.forwarder.drop()
+        self.bao.process.kill()
+        await asyncio.to_thread(self.bao.process.wait)
+        await asyncio.sleep(down)
+        work = self.work.with_name(f"openbao-{self.restarts + 1}")
+        bao = await asyncio.to_thread(OpenBao.start, work)
+        await asyncio.to_thread(self._seed, bao)
+        self.bao, self.restarts = bao, self.restarts + 1
+        host, port = bao.addr.removeprefix("http://").rsplit(":", 1)
+        self.forwarder.upstream = (host, int(port))
+
     def store_calls(self) -> dict[str, int]:
-        counts = self.bao.audit_counts()
+        counts = self.bao.audit_counts() if self.bao is not None else {}
         calls = {
-            "logins": sum(n for k, n in counts.items() if k.endswith("auth/jwt/login")),
-            "reads": sum(n for k, n in counts.items() if k.startswith("read ")),
+            "logins": sum(n for (_, path), n in counts.items() if path.endswith("auth/jwt/login")),
+            "reads": sum(n for (op, _), n in counts.items() if op == "read"),
         }
+        # Servers replaced by `restart` took their audit logs with them: add what they counted.
+        calls = {k: v + self._counted.get(k, 0) for k, v in calls.items()}
         if self.proxy is not None:
             calls["requests"] = self.proxy.calls
             calls["answered 429"] = self.proxy.injected
@@ -125,7 +179,10 @@ class OpenBaoRig:
     async def stop(self) -> None:
         if self.proxy is not None:
             await self.proxy.stop()
-        await self.bao.stop()
+        if self.forwarder is not None:
+            await self.forwarder.stop()
+        if self.bao is not None:
+            await asyncio.to_thread(self.bao.stop)
 
 
 class MotoRig:
@@ -135,8 +192,10 @@ class MotoRig:
     name = "moto"
 
     def __init__(self, work: Path, objects: int) -> None:
-        self.moto = MotoDev(work)
-        self.pod_tokens = PodTokens()
+        self.work = work
+        self.moto: MotoServer | None = None
+        self.proxy: CountingProxy | None = None
+        self.pod_tokens = SigningKey.generate()
         self.objects = objects
         self.provider_args: list[str] = []
         items = [
@@ -151,34 +210,40 @@ class MotoRig:
         self._tokens: dict[str, str] = {}
 
     async def start(self) -> None:
-        await self.moto.start()
-        client = self.moto.client("secretsmanager")
-        for i in range(self.objects):
-            client.create_secret(
-                Name=f"bench-s{i}", SecretString=f'{{"user": "u{i}", "password": "p{i}"}}'
-            )
-        self.moto.counts.clear()
+        self.moto = moto = await asyncio.to_thread(MotoServer.start, self.work / "moto.log")
+        await asyncio.to_thread(self._seed, moto)
+        self.proxy = CountingProxy(moto.url)
+        await self.proxy.start()
         self.provider_args = [
             "--aws-region",
             "us-east-1",
             "--aws-endpoints",
-            f"us-east-1={self.moto.url}",
+            f"us-east-1={self.proxy.url}",
             "--aws-sts-endpoint",
-            self.moto.url,
+            self.proxy.url,
         ]
+
+    def _seed(self, moto: MotoServer) -> None:
+        client = moto.client("secretsmanager")
+        for i in range(self.objects):
+            client.create_secret(
+                Name=f"bench-s{i}", SecretString=f'{{"user": "u{i}", "password": "p{i}"}}'
+            )
 
     def tokens(self, service_account: str) -> dict[str, str]:
         if service_account not in self._tokens:
-            self._tokens[service_account] = self.pod_tokens.token(
-                "bench", service_account, "sts.amazonaws.com"
-            )
+            token = self.pod_tokens.pod_token("bench", service_account, "sts.amazonaws.com")
+            self._tokens[service_account] = token
         return {"sts.amazonaws.com": self._tokens[service_account]}
 
     def store_calls(self) -> dict[str, int]:
-        return dict(self.moto.counts)
+        return dict(self.proxy.counts) if self.proxy is not None else {}
 
     async def stop(self) -> None:
-        await self.moto.stop()
+        if self.proxy is not None:
+            await self.proxy.stop()
+        if self.moto is not None:
+            await asyncio.to_thread(self.moto.stop)
 
 
 STORES = ("fake", "openbao", "moto")
@@ -192,13 +257,14 @@ def make_rigs(
     identities: int,
     health_port: int,
     error_rate: float = 0.0,
+    service_accounts: list[str] | None = None,
 ) -> list[Rig]:
     rigs: list[Rig] = []
     for store in stores:
         if store == "fake":
             rigs.append(FakeRig(work, objects, health_port))
         elif store == "openbao":
-            rigs.append(OpenBaoRig(work, objects, identities, error_rate))
+            rigs.append(OpenBaoRig(work, objects, identities, error_rate, service_accounts))
         elif store == "moto":
             rigs.append(MotoRig(work, objects))
         else:

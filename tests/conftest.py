@@ -1,5 +1,5 @@
 """Suite-wide guard: no secret value or token in any log line the provider writes (object
-versions are logged at DEBUG, so they are checked too; `tests.helpers.serving` checks /metrics).
+versions are logged at DEBUG, so they are checked too; `devkit.serving` checks /metrics).
 
 Every test runs with the provider's loggers captured at DEBUG (SDK loggers at the levels the
 provider configures in production). After the test, each captured record — formatted exactly as
@@ -14,15 +14,7 @@ from collections.abc import Iterator
 
 import pytest
 
-from provider.edge.logs import JsonFormatter
-from tests.leaks import leaks_in_text
-
-_FORMAT = JsonFormatter()
-
-
-def leaks_in(records: list[logging.LogRecord]) -> list[str]:
-    """Which records carry secret material (named by logger and a short prefix only)."""
-    return [f"{r.name}: {leak}" for r in records for leak in leaks_in_text(_FORMAT.format(r))]
+from devkit.leaks import leaks_in
 
 
 @pytest.fixture(autouse=True)

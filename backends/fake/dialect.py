@@ -7,7 +7,7 @@ parameters:
     - objectName: db.json     # file name
       secretPath: db-creds     # key in the fake store (default: objectName)
       filePermission: 0400
-      extract: password        # any extension key (SPEC §2)
+      extract: password        # any extension key (docs/architecture.md)
 """
 
 from __future__ import annotations
@@ -15,6 +15,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass
 
+from backends.fake.options import Options
 from provider.core.model import ObjectSpec, ParseContext, StorePlan
 from provider.core.parsing import (
     TRANSFORM_KEYS,
@@ -43,19 +44,19 @@ class FakeRef:
     path: str
 
 
-def parse(params: Mapping[str, str], ctx: ParseContext) -> StorePlan:
-    problems = Problems()
+def parse(params: Mapping[str, str], ctx: ParseContext[Options]) -> StorePlan[FakeStore, FakeRef]:
+    problems = Problems(strict=ctx.strict)
     raw = params.get("objects", "")
     if not raw.strip():
         problems.fail("objects is required: a YAML list of {objectName, secretPath}")
     entries = expect_list(load_yaml(raw, "objects"), "objects", problems)
-    specs: list[ObjectSpec] = []
+    specs: list[ObjectSpec[FakeRef]] = []
     for i, entry in enumerate(entries):
         where = f"objects[{i}]"
         obj = expect_map(entry, where, problems)
         if obj is None:
             continue
-        unknown_keys(obj, OBJECT_KEYS, where, "a fake object", problems)
+        unknown_keys(obj, OBJECT_KEYS, where, "a fake object", problems, upstream=True)
         name = expect_str(obj.get("objectName"), f"{where}.objectName", problems, required=True)
         path = expect_str(obj.get("secretPath"), f"{where}.secretPath", problems) or name
         mode = parse_mode(obj.get("filePermission"), f"{where}.filePermission", problems)
@@ -65,3 +66,8 @@ def parse(params: Mapping[str, str], ctx: ParseContext) -> StorePlan:
     problems.raise_if_any()
     store = FakeStore(audience=params.get("audience", ""))
     return StorePlan("fake", store, tuple(specs), tuple(problems.warnings))
+
+
+def audiences(store: FakeStore) -> tuple[str, ...]:
+    """The audience of the pod token a mount of this class needs (`check --json`)."""
+    return (store.audience,) if store.audience else ()

@@ -16,12 +16,14 @@ from __future__ import annotations
 import asyncio
 import json
 import os
-from collections.abc import Hashable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 import yaml
 
 from backends.fake.dialect import FakeRef, FakeStore
+from backends.fake.options import Options
+from provider.core.backend import BackendEnv
 from provider.core.errors import (
     BridgeError,
     InvalidParameters,
@@ -31,7 +33,6 @@ from provider.core.errors import (
 )
 from provider.core.identity import pod_scope, pod_token
 from provider.core.model import (
-    BackendEnv,
     FetchContext,
     Fetched,
     Identity,
@@ -41,26 +42,27 @@ from provider.core.model import (
     identity_key,
 )
 
+Plan = StorePlan[FakeStore, FakeRef]
+
 
 class FakeBackend:
     name = "fake"
 
-    def __init__(self, env: BackendEnv) -> None:
+    def __init__(self, env: BackendEnv[Options]) -> None:
         self._env = env
-        self._file: str | None = env.options.store_file if env.options else None
+        self._file = env.options.store_file
         self._stamp: tuple[float, int] | None = None
         self._data: Mapping[str, Any] = {}
         #: Reads served, by path: tests count store calls with it.
         self.reads: dict[str, int] = {}
         #: Seconds each read takes (tests of coalescing and deadlines set it).
-        self.latency: float = env.options.latency if env.options else 0.0
+        self.latency = env.options.latency
         #: Fetch calls in flight now, and the most seen at once (tests of concurrency limits).
         self.inflight = 0
         self.peak_inflight = 0
 
-    async def identify(self, plan: StorePlan, pod: Pod) -> Identity:
+    async def identify(self, plan: Plan, pod: Pod) -> Identity:
         store = plan.store
-        assert isinstance(store, FakeStore)
         credential = None
         if store.audience:
             credential = await pod_token(self._env, pod, store.audience)
@@ -68,8 +70,8 @@ class FakeBackend:
         return Identity(key=key, subject=pod.subject, credential=credential)
 
     async def fetch(
-        self, plan: StorePlan, identity: Identity, refs: Sequence[Hashable], ctx: FetchContext
-    ) -> Mapping[Hashable, Fetched]:
+        self, plan: Plan, identity: Identity, refs: Sequence[FakeRef], ctx: FetchContext
+    ) -> Mapping[FakeRef, Fetched]:
         self.inflight += 1
         self.peak_inflight = max(self.peak_inflight, self.inflight)
         try:
@@ -78,15 +80,20 @@ class FakeBackend:
         finally:
             self.inflight -= 1
         data = self._load()
-        results: dict[Hashable, Fetched] = {}
+        results: dict[FakeRef, Fetched] = {}
         for ref in refs:
-            assert isinstance(ref, FakeRef)
             results[ref] = self._read(data, ref.path, identity)
         return results
 
     def _read(self, data: Mapping[str, Any], path: str, identity: Identity) -> Fetched:
         self.reads[path] = self.reads.get(path, 0) + 1
-        self._env.metrics.backend_calls.labels("fake", "read", "ok").inc()
+        result = self._lookup(data, path, identity)
+        # The outcome label as every other store reports it: "ok" or the error's type name.
+        outcome = type(result).__name__ if isinstance(result, BridgeError) else "ok"
+        self._env.metrics.backend_calls.labels("fake", "read", outcome).inc()
+        return result
+
+    def _lookup(self, data: Mapping[str, Any], path: str, identity: Identity) -> Fetched:
         failure = (data.get("failures") or {}).get(path)
         if failure == "unavailable":
             return StoreUnavailable(f"fake store: {path!r} is unavailable")
@@ -132,5 +139,5 @@ def _config_error(path: str, exc: Exception) -> BridgeError:
     return StoreUnavailable(f"fake store file {path} cannot be read: {type(exc).__name__}")
 
 
-def create(env: BackendEnv) -> FakeBackend:
+def create(env: BackendEnv[Options]) -> FakeBackend:
     return FakeBackend(env)

@@ -7,18 +7,21 @@ tokens the kubelet minted — never from a token's unverified claims.
 
 from __future__ import annotations
 
+from typing import Any
+
+from provider.core.backend import BackendEnv
 from provider.core.errors import MissingCredential, PermissionDenied
-from provider.core.model import BackendEnv, Pod
+from provider.core.model import Pod
 
 
-def pod_scope(env: BackendEnv, pod: Pod) -> str:
+def pod_scope(env: BackendEnv[Any], pod: Pod) -> str:
     """The pod's part of every identity key: namespace/serviceaccount, or the pod uid."""
     if env.core.cache_scope == "pod":
         return f"{pod.namespace}/{pod.service_account}/pod:{pod.uid}"
     return f"{pod.namespace}/{pod.service_account}"
 
 
-async def pod_token(env: BackendEnv, pod: Pod, audience: str) -> str:
+async def pod_token(env: BackendEnv[Any], pod: Pod, audience: str) -> str:
     """The pod's token for `audience`, minted via TokenRequest only with the fallback on."""
     token = pod.tokens.get(audience)
     if token is not None and token.token:
@@ -36,8 +39,8 @@ async def pod_token(env: BackendEnv, pod: Pod, audience: str) -> str:
     )
 
 
-def require_node_identity(env: BackendEnv, pod: Pod, what: str) -> None:
-    """Refuse node identity unless the pod's namespace is allowed (SPEC §3 Node identity)."""
+def require_node_identity(env: BackendEnv[Any], pod: Pod, what: str) -> None:
+    """Refuse node identity unless the pod's namespace is allowed (SECURITY.md, node identity)."""
     if pod.namespace not in env.core.allow_node_identity_namespaces:
         raise PermissionDenied(
             f"{what} uses the node's own identity, which pods in namespace {pod.namespace!r} may "

@@ -1,17 +1,11 @@
-"""The one interface every store implements, and the store-neutral types that cross it.
+"""The store-neutral types that cross between the Mount use case and the stores.
 
-A Mount travels: attributes (provider) -> the backend's dialect parser (`backends/<x>/params.py`,
-parameters -> `StorePlan` of `ObjectSpec`s) -> `Backend.identify` (who the pod is for this store;
-refuses before any cache is consulted) -> `Backend.fetch` (values per store reference) ->
-transforms and files (provider). Backends never see protobuf types or the gRPC server.
-
-Each backend package `backends/<name>/` exposes:
-  - `params.py`:  KEYS (every parameter name of the dialect) and
-                  `parse(params: Mapping[str, str], ctx: ParseContext) -> StorePlan`;
-                  imports no SDK, so `check` and start-up stay fast.
-  - `options.py`: `Options`, a frozen dataclass of provider-level flags (see provider/settings.py:
-                  each field becomes `--<name>-<field>` and `SECRETS_BRIDGE_<NAME>_<FIELD>`).
-  - `store.py`:   `create(env: BackendEnv) -> Backend`; imports the SDK (lazily, on first use).
+A Mount travels: attributes (edge) -> the store's dialect parser (`backends/<x>/dialect.py`:
+parameters -> a `StorePlan` of `ObjectSpec`s) -> `Backend.identify` (who the pod is for this
+store; refuses before any cache is consulted) -> `Backend.fetch` (values per store reference) ->
+transforms, templates and files (provider/mount). The interface itself is in `backend.py`.
+`StorePlan`, `ObjectSpec` and `ParseContext` are generic over the store's own frozen types, so a
+store never downcasts what its own dialect produced.
 """
 
 from __future__ import annotations
@@ -19,15 +13,16 @@ from __future__ import annotations
 import hashlib
 from collections.abc import Hashable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, Literal, Protocol
+from typing import Any, Generic, Literal, TypeVar
 
 from provider.core.errors import BridgeError
 
-if TYPE_CHECKING:
-    from provider.core.caching import ExpiringCache
-    from provider.core.kube import KubeClient
-    from provider.core.metrics import Metrics
-    from provider.core.settings import CoreSettings
+#: A store's frozen per-class settings (address, role, region, ...).
+StoreT = TypeVar("StoreT", bound=Hashable)
+#: A store's frozen description of one thing to fetch.
+RefT = TypeVar("RefT", bound=Hashable)
+#: A store's provider-level flags (`backends/<x>/options.py`).
+OptionsT = TypeVar("OptionsT")
 
 Decode = Literal["base64", "hex"]
 
@@ -81,7 +76,7 @@ class Transforms:
 
 
 @dataclass(frozen=True)
-class ObjectSpec:
+class ObjectSpec(Generic[RefT]):
     """One object of a SecretProviderClass, store-neutral.
 
     `name` is the file name it gets (and the name templates use); `ref` is the backend's own
@@ -90,22 +85,25 @@ class ObjectSpec:
     """
 
     name: str
-    ref: Hashable
+    ref: RefT
     #: File mode; None means the request's default `permission`.
     mode: int | None = None
     transforms: Transforms = Transforms()
     #: The SPC field that named this object, for messages (e.g. "objects[2].objectName").
     field: str = ""
+    #: The ObjectVersion id upstream reports for this object (GCP: the resource name as
+    #: written; Azure: `<type>/<name>`); empty means the file path.
+    version_id: str = ""
 
 
 @dataclass(frozen=True)
-class StorePlan:
+class StorePlan(Generic[StoreT, RefT]):
     """A parsed SecretProviderClass for one backend."""
 
     backend: str
     #: The backend's own frozen settings for this class (address, role, region, ...).
-    store: Hashable
-    objects: tuple[ObjectSpec, ...]
+    store: StoreT
+    objects: tuple[ObjectSpec[RefT], ...]
     warnings: tuple[str, ...] = ()
 
 
@@ -123,6 +121,9 @@ class SecretValue:
     #: ObjectVersion id override (Azure history: `<type>/<name>/<i>`); default is the file path.
     version_id: str | None = None
 
+
+#: A plan of any store, as the store-neutral layers hold it.
+AnyPlan = StorePlan[Any, Any]
 
 #: What a fetch yields per ref: one or more values, or the error for that object.
 Fetched = Sequence[SecretValue] | BridgeError
@@ -150,7 +151,7 @@ class FetchContext:
 
 
 @dataclass(frozen=True)
-class ParseContext:
+class ParseContext(Generic[OptionsT]):
     """What a dialect parser may know besides the parameters.
 
     `options` is the backend's `Options` instance for `serve`/`mount`, or None under `check`,
@@ -158,52 +159,14 @@ class ParseContext:
     is then a warning, not an error.
     """
 
-    options: Any = None
+    options: OptionsT | None = None
     max_objects: int = 100
+    #: `serve --strict-parameters`: unknown object keys are errors, not warnings.
+    strict: bool = False
 
     @property
     def offline(self) -> bool:
         return self.options is None
-
-
-@dataclass(frozen=True)
-class BackendEnv:
-    """Everything a backend is built with (the composition root fills it)."""
-
-    name: str
-    core: CoreSettings
-    options: Any
-    kube: KubeClient
-    metrics: Metrics
-    #: Cache for credentials (tokens, STS credentials) keyed by Identity.key.
-    credentials: ExpiringCache[Any]
-
-
-class Backend(Protocol):
-    """A secret store."""
-
-    name: str
-
-    async def identify(self, plan: StorePlan, pod: Pod) -> Identity:
-        """Resolve the identity the pod uses for this store.
-
-        Must raise MissingCredential when the pod brought no token for the store's audience (and
-        no nodePublishSecretRef credentials, and the TokenRequest fallback is off), and
-        PermissionDenied for node identity outside the allowed namespaces — before any cache.
-        """
-        ...
-
-    async def fetch(
-        self,
-        plan: StorePlan,
-        identity: Identity,
-        refs: Sequence[Hashable],
-        ctx: FetchContext,
-    ) -> Mapping[Hashable, Fetched]:
-        """Fetch each ref (unique) once; per-ref errors are returned, not raised."""
-        ...
-
-    async def close(self) -> None: ...
 
 
 def identity_key(backend: str, *parts: object) -> str:

@@ -29,12 +29,16 @@ class CoreSettings:
     cache_ttl: float = 0.0
     #: Seconds the last good value may be served while its store is unavailable (0 = off).
     serve_stale_max_age: float = 0.0
+    #: Seconds a stale copy may wait for its store before it is served (serve-stale on).
+    serve_stale_wait: float = 3.0
     #: Fetch calls in flight per backend; more wait their turn.
     max_concurrent_fetches: int = 64
+    #: Of those, fetch calls one namespace may have in flight per backend (its share).
+    max_concurrent_fetches_per_namespace: int = 16
+    #: Seconds one store call (a login, a read) may take before it counts as "unavailable".
+    store_call_timeout: float = 10.0
     #: Backend name -> fetch calls per second (absent = unlimited).
     rate_limits: Mapping[str, float] = field(default_factory=dict)
-    #: Seconds an AWS value may be confirmed by DescribeSecret instead of re-read (0 = off).
-    revalidate_max_age: float = 600.0
     #: "serviceaccount" or "pod": the granularity of the identity key of every cache.
     cache_scope: Literal["serviceaccount", "pod"] = "serviceaccount"
     #: Namespaces whose pods may use the node's own identity (empty = none).
@@ -43,8 +47,9 @@ class CoreSettings:
     token_request_fallback: bool = False
     max_objects: int = 100
     max_response_bytes: int = 4 * 1024 * 1024
+    #: Unknown keys inside objects are refused instead of warned about (upstream drops them).
+    strict_parameters: bool = False
     enable_fake_backend: bool = False
-    fake_store_file: str | None = None
     #: Kubernetes API server URL for the few API reads (default: in-cluster, then kubeconfig).
     kube_api_url: str | None = None
 
@@ -101,6 +106,7 @@ def add_options_flags(parser: argparse.ArgumentParser, prefix: str, options_cls:
     hints = get_type_hints(options_cls)
     for f in dataclasses.fields(options_cls):
         flag = f"--{prefix}-{f.name.replace('_', '-')}"
+        aliases = tuple(f.metadata.get("flags", ()))
         kind = _scalar_type(hints[f.name])
         extra_env = tuple(f.metadata.get("env", ()))
         default = env_default(flag, f.default, extra_env)
@@ -108,6 +114,7 @@ def add_options_flags(parser: argparse.ArgumentParser, prefix: str, options_cls:
         if kind is bool:
             group.add_argument(
                 flag,
+                *aliases,
                 dest=f"{prefix}__{f.name}",
                 type=parse_bool,
                 nargs="?",
@@ -117,7 +124,12 @@ def add_options_flags(parser: argparse.ArgumentParser, prefix: str, options_cls:
             )
         else:
             group.add_argument(
-                flag, dest=f"{prefix}__{f.name}", type=kind, default=default, help=help_text
+                flag,
+                *aliases,
+                dest=f"{prefix}__{f.name}",
+                type=kind,
+                default=default,
+                help=help_text,
             )
 
 

@@ -1,4 +1,4 @@
-"""The driver's path rules (SPEC §1 point 4), applied before answering and by `check`."""
+"""The driver's path rules (docs/architecture.md), applied before answering and by `check`."""
 
 from __future__ import annotations
 

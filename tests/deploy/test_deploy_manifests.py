@@ -1,5 +1,5 @@
 """The kustomize base and the TokenRequest overlay, rendered: schema-valid, and the DaemonSet
-has the security, resource and wiring properties SPEC §4 asks for."""
+has the security, resource and wiring properties docs/deploy.md describes."""
 
 from __future__ import annotations
 

@@ -1,5 +1,6 @@
-"""End-to-end rigs: a real OpenBao (devkit.devstores), a fault-injecting proxy in front of it,
-and the provider serving on a Unix socket in the test's event loop."""
+"""End-to-end rigs: a real OpenBao (devkit.openbao, configured like the vault backend tests'
+one), a fault-injecting proxy in front of it, and the provider serving on a Unix socket in the
+test's event loop."""
 
 from __future__ import annotations
 
@@ -12,9 +13,12 @@ import pytest
 import yaml
 
 from backends.vault.options import Options as VaultOptions
-from devkit.devstores import FaultProxy, OpenBaoDev, PodTokens
+from devkit.openbao import OpenBao, read_policy
+from devkit.proxy import FaultProxy
+from devkit.serving import serving
+from devkit.testing import driver_request
+from devkit.tokens import SigningKey
 from provider.core.settings import CoreSettings
-from tests.helpers import driver_request, serving
 
 OBJECTS = [
     {"objectName": f"o{i}", "secretPath": f"secret/data/e2e/s{i}", "secretKey": "pw"}
@@ -24,9 +28,9 @@ OBJECTS = [
 
 @dataclass
 class Stack:
-    bao: OpenBaoDev
+    bao: OpenBao
     proxy: FaultProxy
-    tokens: PodTokens
+    tokens: SigningKey
     socket: str
     stub: Any
 
@@ -37,7 +41,7 @@ class Stack:
             "vaultAuthMountPath": "jwt",
             "objects": yaml.safe_dump(OBJECTS),
         }
-        token = self.tokens.token("e2e", service_account, "vault")
+        token = self.tokens.pod_token("e2e", service_account, "vault")
         return driver_request(
             params,
             tokens={"vault": token},
@@ -51,14 +55,16 @@ class Stack:
 @pytest.fixture
 async def stack(tmp_path: Path, request: pytest.FixtureRequest) -> AsyncIterator[Stack]:
     core = dict(getattr(request, "param", {}) or {})
-    bao = OpenBaoDev(tmp_path)
-    await bao.start()
-    tokens = PodTokens()
-    await bao.configure_jwt(tokens)
-    await bao.add_role("e2e", "e2e", ["app", "app2"], ["secret/data/e2e/*"])
+    bao = OpenBao.start(tmp_path / "openbao")
+    tokens = SigningKey.generate()
+    bao.configure_jwt_auth("jwt", tokens.public_pem)
+    bao.put_policy("e2e", read_policy(["secret/data/e2e/*"]))
+    bao.add_jwt_role(
+        "jwt", "e2e", namespace="e2e", service_account=["app", "app2"], policies=["e2e"]
+    )
     for i in range(3):
-        await bao.kv_put(f"e2e/s{i}", {"pw": f"e2e-secret-{i}"})
-    proxy = FaultProxy(bao.url)
+        bao.kv2_put("secret", f"e2e/s{i}", {"pw": f"e2e-secret-{i}"})
+    proxy = FaultProxy(bao.addr)
     await proxy.start()
     options = {"vault": VaultOptions(addr=proxy.url)}
     try:
@@ -66,4 +72,4 @@ async def stack(tmp_path: Path, request: pytest.FixtureRequest) -> AsyncIterator
             yield Stack(bao, proxy, tokens, running.socket, running.stub)
     finally:
         await proxy.stop()
-        await bao.stop()
+        bao.stop()

@@ -11,11 +11,11 @@ import pytest
 import yaml
 
 from backends.aws.options import Options as AwsOptions
-from devkit.devstores import MotoDev, PodTokens
+from devkit.moto import CountingProxy, MotoServer
+from devkit.testing import Harness, make_pod
+from devkit.tokens import SigningKey
 from provider.mount.mounting import MountInput
 from tests.e2e.conftest import Stack
-from tests.helpers import make_pod
-from tests.mount.conftest import Harness
 
 TEMPLATES = yaml.safe_dump(
     [
@@ -45,7 +45,7 @@ def check_files(files: dict[str, bytes], tmp_path: Path) -> None:
 
 
 async def test_vault_secret_to_env_and_pgpass(stack: Stack, tmp_path: Path) -> None:
-    await stack.bao.kv_put("e2e/db", DB)
+    stack.bao.kv2_put("secret", "e2e/db", DB)
     request = stack.request()
     attrs = json.loads(request.attributes)
     attrs["objects"] = yaml.safe_dump(
@@ -73,15 +73,16 @@ async def test_unknown_placeholder_error_a_user_sees(stack: Stack) -> None:
 
 
 async def test_aws_secret_to_env_and_pgpass(tmp_path: Path) -> None:
-    moto = MotoDev(tmp_path)
-    await moto.start()
+    moto = MotoServer.start()
+    proxy = CountingProxy(moto.url)
+    await proxy.start()
     try:
         moto.client("secretsmanager").create_secret(Name="prod/db", SecretString=json.dumps(DB))
         opts = AwsOptions(
-            region="us-east-1", endpoints=f"us-east-1={moto.url}", sts_endpoint=moto.url
+            region="us-east-1", endpoints=f"us-east-1={proxy.url}", sts_endpoint=proxy.url
         )
         h = Harness(tmp_path, options={"aws": opts})
-        token = PodTokens().token("default", "app", "sts.amazonaws.com")
+        token = SigningKey.generate().pod_token("default", "app", "sts.amazonaws.com")
         params = {
             "backend": "aws",
             "region": "us-east-1",
@@ -105,7 +106,8 @@ async def test_aws_secret_to_env_and_pgpass(tmp_path: Path) -> None:
             )
         )
         check_files({f.path: f.contents for f in result.files}, tmp_path)
-        assert moto.counts["GetSecretValue"] == 1
+        assert proxy.counts["GetSecretValue"] == 1
         await h.backends.close()
     finally:
-        await moto.stop()
+        await proxy.stop()
+        moto.stop()

@@ -4,8 +4,6 @@ or credential crosses an unverified connection)."""
 
 from __future__ import annotations
 
-import datetime
-import ipaddress
 import ssl
 from collections.abc import AsyncIterator
 from pathlib import Path
@@ -14,49 +12,18 @@ from typing import Any
 import pytest
 import yaml
 from aiohttp import web
-from cryptography import x509
-from cryptography.hazmat.primitives import hashes, serialization
-from cryptography.hazmat.primitives.asymmetric import ec
-from cryptography.x509.oid import NameOID
 
 from backends.aws.options import Options as AwsOptions
 from backends.azure.options import Options as AzureOptions
 from backends.gcp.options import Options as GcpOptions
-from devkit.devstores import PodTokens, free_port
+from devkit import certs
+from devkit.ports import free_port
+from devkit.testing import Harness, make_pod
+from devkit.tokens import SigningKey
 from provider.core.errors import BridgeError
 from provider.mount.mounting import MountInput
-from tests.helpers import make_pod
-from tests.mount.conftest import Harness
 
 NAMES = ["localhost", "login.microsoftonline.com", "kv.vault.azure.net", "sts.googleapis.com"]
-
-
-def self_signed(tmp: Path) -> tuple[Path, Path]:
-    key = ec.generate_private_key(ec.SECP256R1())
-    name = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, "untrusted")])
-    now = datetime.datetime.now(datetime.UTC)
-    san = [x509.DNSName(n) for n in NAMES] + [x509.IPAddress(ipaddress.ip_address("127.0.0.1"))]
-    cert = (
-        x509.CertificateBuilder()
-        .subject_name(name)
-        .issuer_name(name)
-        .public_key(key.public_key())
-        .serial_number(x509.random_serial_number())
-        .not_valid_before(now - datetime.timedelta(hours=1))
-        .not_valid_after(now + datetime.timedelta(hours=1))
-        .add_extension(x509.SubjectAlternativeName(san), critical=False)
-        .sign(key, hashes.SHA256())
-    )
-    cert_file, key_file = tmp / "cert.pem", tmp / "key.pem"
-    cert_file.write_bytes(cert.public_bytes(serialization.Encoding.PEM))
-    key_file.write_bytes(
-        key.private_bytes(
-            serialization.Encoding.PEM,
-            serialization.PrivateFormat.PKCS8,
-            serialization.NoEncryption(),
-        )
-    )
-    return cert_file, key_file
 
 
 class Untrusted:
@@ -71,9 +38,12 @@ class Untrusted:
 
 @pytest.fixture
 async def untrusted(tmp_path: Path) -> AsyncIterator[Untrusted]:
-    cert, key = self_signed(tmp_path)
+    # Self-signed, for every name the stores are reached by: valid but not trusted.
+    cert = certs.issue("untrusted", sans=NAMES, ips=["127.0.0.1"])
+    (tmp_path / "cert.pem").write_bytes(cert.pem)
+    (tmp_path / "key.pem").write_bytes(cert.key_pem)
     context = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
-    context.load_cert_chain(cert, key)
+    context.load_cert_chain(tmp_path / "cert.pem", tmp_path / "key.pem")
     server = Untrusted()
     app = web.Application()
     app.router.add_route("*", "/{tail:.*}", server.handle)
@@ -138,10 +108,10 @@ async def test_tls_is_verified_by_default(
     untrusted: Untrusted, tmp_path: Path, backend: str
 ) -> None:
     params, options = cases(untrusted.port)[backend]
-    tokens = PodTokens()
+    tokens = SigningKey.generate()
     pod = make_pod(
         tokens={
-            aud: tokens.token("default", "app", aud)
+            aud: tokens.pod_token("default", "app", aud)
             for aud in ("vault", "sts.amazonaws.com", "api://AzureADTokenExchange", "p.svc.id.goog")
         }
     )

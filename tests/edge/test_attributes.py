@@ -1,4 +1,4 @@
-"""MountRequest fields -> MountInput (SPEC §1 "What the driver sends")."""
+"""MountRequest fields -> MountInput (docs/architecture.md)."""
 
 from __future__ import annotations
 

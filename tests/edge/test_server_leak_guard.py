@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import logging
 
-from tests.conftest import leaks_in
+from devkit.leaks import leaks_in
 
 
 def record(msg: str, **fields: object) -> logging.LogRecord:

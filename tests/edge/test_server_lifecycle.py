@@ -14,9 +14,10 @@ from pathlib import Path
 import grpc
 import yaml
 
-from devkit.devstores import free_port
+from devkit.ports import free_port
+from devkit.serving import driver_channel
+from devkit.testing import attributes, mount_request
 from protos import provider_pb2, provider_pb2_grpc
-from tests.edge.conftest import attributes, driver_channel, mount_request
 
 
 def start_serve(tmp_path: Path, *extra: str) -> tuple[subprocess.Popen[bytes], str]:

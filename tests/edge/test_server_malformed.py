@@ -8,7 +8,8 @@ import grpc
 import pytest
 import yaml
 
-from tests.edge.conftest import Provider, attributes, mount_request
+from devkit.serving import Provider
+from devkit.testing import attributes, mount_request
 
 POD = {
     "csi.storage.k8s.io/pod.name": "app-0",
@@ -127,10 +128,11 @@ CASES = [
         "absolute",
     ),
     (
-        "unknown object key",
-        mount_request(attributes(objects({"objectName": "a", "extrakt": "x"}))),
+        # An unknown object key is only a warning (upstream drops it); a bad value is refused.
+        "bad object value",
+        mount_request(attributes(objects({"objectName": "a", "decode": "rot13"}))),
         INVALID,
-        "objects[0].extrakt",
+        "objects[0].decode",
     ),
     (
         "too many objects",

@@ -9,9 +9,10 @@ import aiohttp
 import grpc
 import pytest
 
+from devkit.serving import Provider
+from devkit.testing import attributes, mount_request
 from protos import provider_pb2
 from provider import __version__
-from tests.edge.conftest import Provider, attributes, mount_request
 
 
 async def test_version_answers_like_the_driver_expects(provider: Provider) -> None:

@@ -7,9 +7,8 @@ from pathlib import Path
 
 import pytest
 
+from devkit.testing import Harness, make_pod
 from provider.core.errors import MissingCredential, MountFailed
-from tests.helpers import make_pod
-from tests.mount.conftest import Harness
 
 OBJECTS = [
     {"objectName": "a", "secretPath": "s"},

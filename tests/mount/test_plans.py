@@ -6,7 +6,7 @@ import logging
 
 import pytest
 
-from tests.mount.conftest import Harness
+from devkit.testing import Harness
 
 
 async def test_unknown_parameter_is_logged_once_per_class(

@@ -7,10 +7,10 @@ import time
 
 import pytest
 
+from devkit.testing import fetch_ctx
 from provider.core.caching import ExpiringCache
 from provider.core.errors import NotFound, StoreUnavailable
 from provider.core.retrying import MAX_ATTEMPTS, retry_transient
-from tests.helpers import fetch_ctx
 
 
 class Flaky:

@@ -9,8 +9,8 @@ from pathlib import Path
 import pytest
 import yaml
 
+from devkit.testing import Harness
 from provider.core.errors import InvalidParameters
-from tests.mount.conftest import Harness
 
 STORE = {
     "secrets": {

@@ -7,8 +7,8 @@ from typing import Any
 
 import pytest
 
+from devkit.testing import Harness
 from provider.core.errors import InvalidParameters, MountFailed, NotFound
-from tests.mount.conftest import Harness
 
 NESTED = '{"db": {"user": "app", "port": 5432, "tls": true, "hosts": ["a", "b"]}, "x": null}'
 HYPHEN = '{"db-password": "pw", "a.b": "dotted", "n": 1.5}'

@@ -2,11 +2,10 @@
 
     .venv/bin/python -m tests.perf.rss_all_backends --mounts 10000
 
-Starts OpenBao and moto (devkit.devstores) and the wire-level Google and Azure fakes of the
-test suite, runs `secrets-bridge serve` against all four, drives mounts round-robin over one
-class per backend (5 objects each, value cache off, like upstream providers) and prints the
-provider's RSS every `--every` mounts. The Google and Azure fakes live in tests/ because they are
-test doubles; this script is why it is not a `bench` store.
+Starts OpenBao and moto (the bench rigs of devkit.rigs) and the wire-level Google and Azure
+fakes (devkit.google, devkit.azure), runs `secrets-bridge serve` against all four, drives mounts
+round-robin over one class per backend (5 objects each, value cache off, like upstream
+providers) and prints the provider's RSS every `--every` mounts.
 """
 
 from __future__ import annotations
@@ -14,7 +13,6 @@ from __future__ import annotations
 import argparse
 import asyncio
 import os
-import ssl
 import subprocess
 import sys
 import tempfile
@@ -22,16 +20,14 @@ import time
 from pathlib import Path
 
 import yaml
-from aiohttp import web
 
-from devkit.devstores import free_port
+from devkit.azure import FakeAzure, server_tls
+from devkit.azure import start as start_azure
+from devkit.google import POOL, FakeGoogle, start_http, start_secret_manager
+from devkit.ports import free_port
 from devkit.rigs import MotoRig, OpenBaoRig
+from devkit.testing import driver_request
 from provider.cli.bench import Run, drive, rss_mib, wait_ready
-from tests.backends.azure import pki
-from tests.backends.azure.fake_azure import AUTHORITY, SUFFIX, FakeAzure
-from tests.backends.azure.fake_azure import start as start_azure
-from tests.backends.gcp.fake_google import POOL, FakeGoogle, http_app, start_secret_manager
-from tests.helpers import driver_request
 
 OBJECTS = 5
 TENANT = "11111111-2222-3333-4444-555555555555"
@@ -50,11 +46,7 @@ async def google(work: Path) -> tuple[list[str], dict[str, str], dict[str, str],
     for i in range(OBJECTS):
         fake.add_version(f"projects/{PROJECT}/secrets/s{i}", f'{{"v": {i}}}', "ksa:bench/sa-0")
     server, port = await start_secret_manager(fake, "global", regional=False)
-    runner = web.AppRunner(http_app(fake), handle_signals=False)
-    await runner.setup()
-    http_port = free_port()
-    await web.TCPSite(runner, "127.0.0.1", http_port).start()
-    http = f"http://127.0.0.1:{http_port}"
+    runner, http = await start_http(fake)
     args = [
         "--gcp-project",
         PROJECT,
@@ -88,21 +80,15 @@ async def google(work: Path) -> tuple[list[str], dict[str, str], dict[str, str],
 
 
 async def azure(work: Path) -> tuple[list[str], dict[str, str], dict[str, str], object]:
-    ca = pki.issue("bench CA", ca=True)
-    cert = pki.issue(AUTHORITY, ca, sans=[AUTHORITY, f"*.{SUFFIX}"])
-    (work / "az-ca.pem").write_bytes(ca.pem)
-    (work / "az.pem").write_bytes(cert.pem + ca.pem)
-    (work / "az.key").write_bytes(cert.key_pem)
-    context = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
-    context.load_cert_chain(work / "az.pem", work / "az.key")
+    tls = server_tls(work, prefix="az-")
     fake = FakeAzure()
     fake.federated[(TENANT, CLIENT)] = {"azure-pod-token"}
     vault = fake.vault("kvbench", TENANT)
     vault.access[CLIENT] = "*"
     for i in range(OBJECTS):
         vault.add("secret", f"s{i}", {"value": f"azure-{i}"})
-    runner, port = await start_azure(fake, context)
-    args = ["--azure-ca-file", str(work / "az-ca.pem"), "--azure-connect-to", f"127.0.0.1:{port}"]
+    runner, port = await start_azure(fake, tls.context())
+    args = ["--azure-ca-file", str(tls.ca_file), "--azure-connect-to", f"127.0.0.1:{port}"]
     objects = "array:\n" + "".join(
         f"  - |\n    objectName: s{i}\n    objectType: secret\n" for i in range(OBJECTS)
     )

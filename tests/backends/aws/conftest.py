@@ -11,9 +11,10 @@ import pytest
 from backends.aws import dialect as params
 from backends.aws.options import Options
 from backends.aws.store import AwsBackend, create
-from provider.core.model import BackendEnv, Fetched, Identity, ParseContext, Pod, StorePlan
-from tests.backends.aws.moto import CountingProxy, MotoServer, moto_server
-from tests.helpers import fetch_ctx, make_env, make_pod
+from devkit.moto import CountingProxy, MotoServer, moto_server
+from devkit.testing import fetch_ctx, make_env, make_pod
+from provider.core.backend import BackendEnv
+from provider.core.model import Fetched, Identity, ParseContext, Pod, StorePlan
 
 REGION = "us-east-1"
 FAILOVER = "us-west-2"

@@ -9,9 +9,10 @@ import pytest
 from aiohttp import web
 
 from backends.aws.errors import translate
+from devkit.moto import MotoServer
+from devkit.ports import closed_url, free_port
 from provider.core.errors import BridgeError, DeadlineExceeded, StoreUnavailable
 from tests.backends.aws.conftest import REGION, ROLE, MakeHarness
-from tests.backends.aws.moto import MotoServer, closed_url, free_port
 
 SECRET = "TOPSECRETVALUE"
 OBJECTS = """

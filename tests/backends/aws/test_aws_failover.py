@@ -6,9 +6,10 @@ from collections.abc import AsyncIterator
 
 import pytest
 
+from devkit.moto import CountingProxy, MotoServer
+from devkit.ports import closed_url
 from provider.core.errors import NotFound, StoreUnavailable
 from tests.backends.aws.conftest import FAILOVER, REGION, ROLE, MakeHarness
-from tests.backends.aws.moto import CountingProxy, MotoServer, closed_url
 
 OBJECTS = """
 - objectName: app/db

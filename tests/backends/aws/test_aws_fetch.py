@@ -6,9 +6,9 @@ import json
 
 import jmespath
 
+from devkit.moto import CountingProxy, MotoServer
 from provider.core.errors import NotFound, PermissionDenied
 from tests.backends.aws.conftest import REGION, ROLE, Harness, MakeHarness, irsa_pod
-from tests.backends.aws.moto import CountingProxy, MotoServer
 
 
 def sm_params(objects: str, **extra: str) -> dict[str, str]:

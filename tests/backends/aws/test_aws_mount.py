@@ -1,20 +1,24 @@
-"""Whole classes against moto: upstream's documented class, ARNs, SDK endpoint variables, limits."""
+"""Through the provider's own core (as `serve` builds it), against moto: files, modes, versions."""
 
 from __future__ import annotations
 
-import argparse
 import json
+from collections.abc import AsyncIterator
+from pathlib import Path
 
-import jmespath
 import pytest
 
 from backends.aws.options import Options
-from provider.core.settings import add_options_flags, options_from_args
-from tests.backends.aws.conftest import REGION, ROLE, Harness, MakeHarness
-from tests.backends.aws.moto import CountingProxy, MotoServer
+from devkit.moto import CountingProxy, MotoServer
+from provider.core.errors import MountFailed
+from provider.core.metrics import Metrics
+from provider.core.settings import CoreSettings, ServeSettings
+from provider.edge.app import Backends, build_mounter
+from provider.mount.mounting import Mounter, MountInput
+from tests.backends.aws.conftest import REGION, ROLE, irsa_pod
 
-# The AWS provider's README class, with `provider: aws` -> `secrets-bridge` and `backend: aws`
-# added (the core strips `backend`); no region: the provider's --aws-region supplies it.
+# The AWS provider's documented class: only `provider` changed and `backend: aws` added; the
+# region comes from the provider's --aws-region.
 DOCUMENTED = {
     "backend": "aws",
     "roleArn": ROLE,
@@ -24,94 +28,67 @@ DOCUMENTED = {
           jmesPath:
               - path: "username"
                 objectAlias: "MySecretUsername"
-              - path: "password"
+              - path: '"db-password"'
                 objectAlias: "MySecretPassword"
-        - objectName: "MyParameter"
+                filePermission: "0400"
+        - objectName: "/prod/app/flags"
           objectType: "ssmparameter"
+          objectAlias: flags
     """,
 }
 
 
-async def test_aws_documented_class_mounts(
-    harness: Harness, moto: MotoServer, proxy: CountingProxy
-) -> None:
-    moto.client("secretsmanager").create_secret(
-        Name="MySecret", SecretString=json.dumps({"username": "testuser", "password": "pw"})
+@pytest.fixture
+async def core(tmp_path: Path, proxy: CountingProxy) -> AsyncIterator[tuple[Mounter, Backends]]:
+    key = tmp_path / "hmac"
+    key.write_bytes(b"k" * 32)
+    settings = ServeSettings(
+        hmac_key_file=str(key),
+        core=CoreSettings(),
+        backend_options={"aws": Options(region=REGION, endpoints=f"{REGION}={proxy.url}")},
     )
-    moto.client("ssm").put_parameter(Name="MyParameter", Value="param", Type="SecureString")
-    mounted = await harness.mount(DOCUMENTED)
-    files = {}
-    for spec in mounted.plan.objects:
-        content = mounted.content(spec.name)
-        if spec.transforms.extract:
-            content = jmespath.search(spec.transforms.extract, json.loads(content)).encode()
-        files[spec.name] = content
+    mounter, backends = build_mounter(settings, Metrics())
+    yield mounter, backends
+    await backends.close()
+
+
+def request(params: dict[str, str]) -> MountInput:
+    return MountInput(params=params, pod=irsa_pod(), permission=0o644)
+
+
+async def test_aws_documented_class_mounts_through_the_core(
+    core: tuple[Mounter, Backends], moto: MotoServer, proxy: CountingProxy
+) -> None:
+    mounter, _ = core
+    secret = json.dumps({"username": "testuser", "db-password": "pw"})
+    moto.client("secretsmanager").create_secret(Name="MySecret", SecretString=secret)
+    moto.client("ssm").put_parameter(Name="/prod/app/flags", Value="a,b", Type="StringList")
+    result = await mounter.mount(request(DOCUMENTED))
+    files = {f.path: (f.contents, f.mode) for f in result.files}
     assert files == {
-        "MySecret": b'{"username": "testuser", "password": "pw"}',
-        "MySecretUsername": b"testuser",
-        "MySecretPassword": b"pw",
-        "MyParameter": b"param",
+        "MySecret": (secret.encode(), 0o644),
+        "MySecretUsername": (b"testuser", 0o644),
+        "MySecretPassword": (b"pw", 0o400),
+        "flags": (b"a,b", 0o644),
     }
     assert proxy.counts["GetSecretValue"] == 1 and proxy.counts["GetParameters"] == 1
+    versions = {v.id: v.version for v in result.versions}
+    assert set(versions) == set(files)
 
-
-async def test_aws_arn_without_object_type(
-    make_harness: MakeHarness, moto: MotoServer, proxy: CountingProxy
-) -> None:
-    arn = moto.client("secretsmanager").create_secret(Name="by-arn", SecretString="x")["ARN"]
-    h = make_harness(f"{REGION}={proxy.url}")
-    mounted = await h.mount(
-        {"roleArn": ROLE, "objects": f"- {{objectName: '{arn}', objectAlias: by-arn}}"}
-    )
-    assert mounted.content("by-arn") == b"x"
-
-
-@pytest.mark.parametrize("variable", ["AWS_ENDPOINT_URL", "AWS_ENDPOINT_URL_SECRETS_MANAGER"])
-async def test_aws_standard_sdk_endpoint_variables(
-    make_harness: MakeHarness,
-    moto: MotoServer,
-    proxy: CountingProxy,
-    monkeypatch: pytest.MonkeyPatch,
-    variable: str,
-) -> None:
-    moto.client("secretsmanager").create_secret(Name="via-env", SecretString="env")
-    monkeypatch.setenv(variable, proxy.url)
-    monkeypatch.setenv("AWS_ENDPOINT_URL_STS", proxy.url)
-    h = make_harness()  # no --aws-endpoints: botocore's own variables decide
-    mounted = await h.mount(
-        {"roleArn": ROLE, "objects": "- {objectName: via-env, objectType: secretsmanager}"}
-    )
-    assert mounted.content("via-env") == b"env"
+    # The kubelet's republish: one DescribeSecret confirms the held value, no GetSecretValue.
+    again = await mounter.mount(request(DOCUMENTED))
+    assert {f.path: f.contents for f in again.files} == {p: c for p, (c, _) in files.items()}
+    assert {v.id: v.version for v in again.versions} == versions
     assert proxy.counts["GetSecretValue"] == 1
+    assert proxy.counts["DescribeSecret"] == 1
 
 
-@pytest.mark.parametrize("limit", [2, 32])
-async def test_aws_concurrency_limit(
-    make_harness: MakeHarness, moto: MotoServer, proxy: CountingProxy, limit: int
+async def test_aws_mount_failure_names_object_region_and_identity(
+    core: tuple[Mounter, Backends], moto: MotoServer
 ) -> None:
-    sm = moto.client("secretsmanager")
-    for i in range(12):
-        sm.create_secret(Name=f"c{i}", SecretString=str(i))
-    h = make_harness(f"{REGION}={proxy.url}", max_concurrency=limit, revalidate_max_age=0)
-    objects = "\n".join(f"- {{objectName: c{i}, objectType: secretsmanager}}" for i in range(12))
-    await h.mount({"roleArn": ROLE, "objects": objects})  # logs in, opens the client
-    proxy.max_inflight = 0
-    proxy.delay = 0.05
-    mounted = await h.mount({"roleArn": ROLE, "objects": objects})
-    assert mounted.content("c11") == b"11"
-    if limit == 2:
-        assert proxy.max_inflight == 2
-    else:
-        assert proxy.max_inflight > 2  # the reads of one mount do run concurrently
-
-
-def test_aws_flags_and_environment(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setenv("AWS_REGION", "eu-central-1")
-    monkeypatch.setenv("SECRETS_BRIDGE_AWS_MAX_CONCURRENCY", "7")
-    parser = argparse.ArgumentParser()
-    add_options_flags(parser, "aws", Options)
-    args = parser.parse_args(["--aws-endpoints", "eu-central-1=http://127.0.0.1:1"])
-    options = options_from_args(args, "aws", Options)
-    assert options == Options(
-        region="eu-central-1", endpoints="eu-central-1=http://127.0.0.1:1", max_concurrency=7
-    )
+    mounter, _ = core
+    with pytest.raises(MountFailed) as caught:
+        await mounter.mount(request(DOCUMENTED))
+    text = str(caught.value)
+    assert "MySecret" in text and "/prod/app/flags" in text
+    assert REGION in text and "default/app" in text

@@ -10,9 +10,8 @@ import pytest
 
 from backends.azure.options import Options
 from backends.azure.store import AzureBackend, create
-from tests.backends.azure import pki
-from tests.backends.azure.fake_azure import AUTHORITY, SUFFIX, FakeAzure, start
-from tests.helpers import make_env
+from devkit.azure import FakeAzure, server_tls, start
+from devkit.testing import make_env
 
 TENANT = "11111111-2222-3333-4444-555555555555"
 CLIENT = "aaaaaaaa-0000-0000-0000-000000000001"
@@ -27,15 +26,8 @@ class Tls:
 
 @pytest.fixture(scope="session")
 def tls(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Tls]:
-    ca = pki.issue("fake azure test CA", ca=True)
-    server = pki.issue(AUTHORITY, ca, sans=[AUTHORITY, f"*.{SUFFIX}"])
-    d = tmp_path_factory.mktemp("azure-tls")
-    (d / "ca.pem").write_bytes(ca.pem)
-    (d / "server.pem").write_bytes(server.pem + ca.pem)
-    (d / "server.key").write_bytes(server.key_pem)
-    context = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
-    context.load_cert_chain(d / "server.pem", d / "server.key")
-    yield Tls(str(d / "ca.pem"), context)
+    server = server_tls(tmp_path_factory.mktemp("azure-tls"))
+    yield Tls(str(server.ca_file), server.context())
 
 
 @dataclass

@@ -6,6 +6,7 @@ import pytest
 
 from backends.azure.options import Options
 from backends.azure.store import AzureBackend, create
+from devkit.testing import make_env
 from provider.core.errors import (
     BridgeError,
     InvalidParameters,
@@ -15,7 +16,6 @@ from provider.core.errors import (
 )
 from tests.backends.azure.conftest import CLIENT, TENANT, Azure
 from tests.backends.azure.test_azure_fetch import fetch, objects, plan
-from tests.helpers import make_env
 
 
 @pytest.fixture

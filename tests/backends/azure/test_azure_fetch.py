@@ -13,11 +13,11 @@ from cryptography.hazmat.primitives.serialization import pkcs12
 
 from backends.azure.dialect import parse
 from backends.azure.store import AzureBackend
+from devkit import certs
+from devkit.azure import RESOURCE
+from devkit.testing import fetch_ctx, make_pod
 from provider.core.model import Fetched, ParseContext, SecretValue, StorePlan
-from tests.backends.azure import pki
 from tests.backends.azure.conftest import CLIENT, POD_TOKEN, TENANT, Azure
-from tests.backends.azure.fake_azure import RESOURCE
-from tests.helpers import fetch_ctx, make_pod
 
 AUDIENCE = "api://AzureADTokenExchange"
 
@@ -81,19 +81,19 @@ async def test_azure_secret_through_challenge_and_workload_identity(
 
 @pytest.mark.parametrize("kind", ["rsa", "ec"])
 async def test_azure_key_is_public_pem(backend: AzureBackend, vault, kind: str) -> None:
-    key = pki.issue("k", key=rsa.generate_private_key(65537, 2048)).key if kind == "rsa" else None
-    key = key or pki.issue("k").key
-    version = vault.add("key", "signing", {"key": pki.jwk(key)})
+    key = certs.issue("k", key=rsa.generate_private_key(65537, 2048)).key if kind == "rsa" else None
+    key = key or certs.issue("k").key
+    version = vault.add("key", "signing", {"key": certs.jwk(key)})
     p = plan(objects("objectName: signing\nobjectType: key\nobjectAlias: signing.pem"))
     value = one(await fetch(backend, p), p)
-    assert value.content == pki.public_pem(key)
+    assert value.content == certs.public_pem(key)
     assert value.version == version
     assert p.objects[0].name == "signing.pem"
 
 
 async def test_azure_cert_is_leaf_pem(backend: AzureBackend, vault) -> None:
-    _root, _mid, leaf = pki.chain()
-    vault.add("cert", "tls", pki.cert_body(leaf))
+    _root, _mid, leaf = certs.chain()
+    vault.add("cert", "tls", certs.cert_body(leaf))
     p = plan(objects("objectName: tls\nobjectType: cert"))
     assert one(await fetch(backend, p), p).content == leaf.pem
 
@@ -101,9 +101,9 @@ async def test_azure_cert_is_leaf_pem(backend: AzureBackend, vault) -> None:
 async def test_azure_pfx_certificate_secret_is_key_then_chain_leaf_to_root(
     backend: AzureBackend, vault
 ) -> None:
-    root, mid, leaf = pki.chain()
+    root, mid, leaf = certs.chain()
     # Stored root-first: the backend must reorder leaf -> intermediate -> root.
-    secret = {"value": pki.pfx(leaf, [root, mid]), "contentType": "application/x-pkcs12"}
+    secret = {"value": certs.pfx(leaf, [root, mid]), "contentType": "application/x-pkcs12"}
     vault.add("secret", "tls", {**secret, "certificate_backed": True})
     p = plan(objects("objectName: tls\nobjectType: secret"))
     content = one(await fetch(backend, p), p).content
@@ -114,7 +114,7 @@ async def test_azure_pfx_certificate_secret_is_key_then_chain_leaf_to_root(
 async def test_azure_pem_certificate_secret_is_written_as_stored(
     backend: AzureBackend, vault
 ) -> None:
-    _root, mid, leaf = pki.chain()
+    _root, mid, leaf = certs.chain()
     stored = (leaf.key_pem + leaf.pem + mid.pem).decode()
     body = {"value": stored, "contentType": "application/x-pem-file", "certificate_backed": True}
     vault.add("secret", "tls", body)
@@ -125,8 +125,8 @@ async def test_azure_pem_certificate_secret_is_written_as_stored(
 async def test_azure_pfx_format_is_base64_pfx_and_base64_encoding_decodes(
     backend: AzureBackend, vault
 ) -> None:
-    root, mid, leaf = pki.chain()
-    stored = pki.pfx(leaf, [mid, root])
+    root, mid, leaf = certs.chain()
+    stored = certs.pfx(leaf, [mid, root])
     body = {"value": stored, "contentType": "application/x-pkcs12", "certificate_backed": True}
     vault.add("secret", "tls", body)
     p = plan(
@@ -169,10 +169,10 @@ async def test_azure_version_history_newest_first_or_from_object_version(
 
 
 async def test_azure_version_history_of_certificates(backend: AzureBackend, vault) -> None:
-    _r, _m, old = pki.chain()
-    _r, _m, new = pki.chain()
-    vault.add("cert", "tls", pki.cert_body(old))
-    vault.add("cert", "tls", pki.cert_body(new))
+    _r, _m, old = certs.chain()
+    _r, _m, new = certs.chain()
+    vault.add("cert", "tls", certs.cert_body(old))
+    vault.add("cert", "tls", certs.cert_body(new))
     p = plan(objects("objectName: tls\nobjectType: cert\nobjectVersionHistory: 2"))
     got = values(await fetch(backend, p), p)
     assert [x509.load_pem_x509_certificate(v.content) for v in got] == [new.cert, old.cert]

@@ -12,11 +12,11 @@ from backends.azure import auth
 from backends.azure.dialect import AzureStore
 from backends.azure.options import Options
 from backends.azure.store import AzureBackend, create
+from devkit.testing import fetch_ctx, make_env, make_pod
+from provider.core.backend import BackendEnv
 from provider.core.errors import BridgeError, InvalidParameters, MissingCredential, PermissionDenied
-from provider.core.model import BackendEnv
 from tests.backends.azure.conftest import CLIENT, POD_TOKEN, TENANT, Azure
 from tests.backends.azure.test_azure_fetch import AUDIENCE, fetch, objects, plan
-from tests.helpers import fetch_ctx, make_env, make_pod
 
 SP_ID, SP_SECRET = "bbbbbbbb-0000-0000-0000-000000000002", "sp-secret-value"
 OBJ = objects("objectName: s\nobjectType: secret")

@@ -11,10 +11,11 @@ import grpc
 import pytest
 import yaml
 
-from tests.backends.azure import pki
+from devkit import certs
+from devkit.serving import serving
+from devkit.testing import driver_request
 from tests.backends.azure.conftest import CLIENT, POD_TOKEN, TENANT, Azure
 from tests.backends.azure.test_azure_fetch import objects
-from tests.helpers import driver_request, serving
 
 HERE = Path(__file__).parent
 AUDIENCE = "api://AzureADTokenExchange"
@@ -31,15 +32,15 @@ async def provider(azure: Azure, tmp_path: Path) -> AsyncIterator[Any]:
 
 
 async def test_azure_upstream_documented_class_mounts(azure: Azure, provider: Any) -> None:
-    root, mid, leaf = pki.chain()
+    root, mid, leaf = certs.chain()
     vault = azure.fake.vault("kvname", TENANT)
     vault.access[CLIENT] = "*"
     v_secret = vault.add("secret", "secret1", {"value": "hello"})
-    key1 = pki.issue("k").key
-    vault.add("key", "key1", {"key": pki.jwk(key1)})
-    vault.add("cert", "cert1", pki.cert_body(leaf))
-    vault.add("key", "cert1", {"key": pki.jwk(leaf.key)})
-    body = {"value": pki.pfx(leaf, [root, mid]), "contentType": "application/x-pkcs12"}
+    key1 = certs.issue("k").key
+    vault.add("key", "key1", {"key": certs.jwk(key1)})
+    vault.add("cert", "cert1", certs.cert_body(leaf))
+    vault.add("key", "cert1", {"key": certs.jwk(leaf.key)})
+    body = {"value": certs.pfx(leaf, [root, mid]), "contentType": "application/x-pkcs12"}
     vault.add("secret", "cert1", {**body, "certificate_backed": True})
     spc = yaml.safe_load((HERE / "spc_upstream_docs.yaml").read_text())
 
@@ -47,13 +48,21 @@ async def test_azure_upstream_documented_class_mounts(azure: Azure, provider: An
     assert not reply.error.code
     assert {f.path: (f.mode, f.contents) for f in reply.files} == {
         "secret1": (0o644, b"hello"),
-        "key1": (0o644, pki.public_pem(key1)),
+        "key1": (0o644, certs.public_pem(key1)),
         "cert1": (0o644, leaf.pem),
-        "cert1-pub-key": (0o644, pki.public_pem(leaf.key)),
+        "cert1-pub-key": (0o644, certs.public_pem(leaf.key)),
         "cert1-secret": (0o644, leaf.key_pem + leaf.pem + mid.pem + root.pem),
     }
     versions = {v.id: v.version for v in reply.object_version}
-    assert versions["secret1"] == v_secret  # the Key Vault version id, not a content hash
+    # Upstream's ids (`<objectType>/<objectName>`); the version is Key Vault's, not a hash.
+    assert versions["secret/secret1"] == v_secret
+    assert set(versions) == {
+        "secret/secret1",
+        "key/key1",
+        "cert/cert1",
+        "key/cert1",
+        "secret/cert1",
+    }
 
 
 async def test_azure_mount_history_encoding_and_modes(azure: Azure, provider: Any) -> None:

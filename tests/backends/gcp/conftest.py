@@ -7,14 +7,14 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import pytest
-from aiohttp import web
 
 from backends.gcp import dialect as params
 from backends.gcp.options import Options
 from backends.gcp.store import GcpBackend, create
-from provider.core.model import BackendEnv, ParseContext, Pod, StorePlan
-from tests.backends.gcp.fake_google import POOL, FakeGoogle, http_app, start_secret_manager
-from tests.helpers import make_env, make_pod
+from devkit.google import POOL, FakeGoogle, start_http, start_secret_manager
+from devkit.testing import make_env, make_pod
+from provider.core.backend import BackendEnv
+from provider.core.model import ParseContext, Pod, StorePlan
 
 PROJECT, LOCATION, CLUSTER = "proj", "europe-west1", "c1"
 STS_AUDIENCE = (
@@ -62,12 +62,7 @@ async def stack() -> AsyncIterator[Stack]:
     google = FakeGoogle(sts_audience=STS_AUDIENCE)
     global_server, global_port = await start_secret_manager(google, "global", regional=False)
     regional_server, regional_port = await start_secret_manager(google, "regional", regional=True)
-    runner = web.AppRunner(http_app(google), handle_signals=False)
-    await runner.setup()
-    site = web.TCPSite(runner, "127.0.0.1", 0)
-    await site.start()
-    port = site._server.sockets[0].getsockname()[1]  # type: ignore[union-attr]
-    http = f"http://127.0.0.1:{port}"
+    runner, http = await start_http(google)
     options = Options(
         project=PROJECT,
         location=LOCATION,

@@ -10,10 +10,11 @@ import grpc
 import pytest
 import yaml
 
+from devkit.google import POOL
+from devkit.serving import serving
+from devkit.testing import driver_request
 from provider.core.settings import CoreSettings
 from tests.backends.gcp.conftest import Stack
-from tests.backends.gcp.fake_google import POOL
-from tests.helpers import driver_request, serving
 
 HERE = Path(__file__).parent
 KSA = "ksa:default/app"
@@ -44,7 +45,11 @@ async def test_gcp_upstream_class_mounts(stack: Stack, provider: Any) -> None:
         "good1.txt": (0o644, b"alice"),
         "good2.txt": (0o644, b"bob"),
     }
-    assert [v.id for v in reply.object_version] == ["good1.txt", "good2.txt"]
+    # Upstream's ids: the resourceName as written.
+    assert [v.id for v in reply.object_version] == [
+        "projects/proj/secrets/testsecret/versions/latest",
+        f"{regional}/versions/latest",
+    ]
     assert ("regional", f"{regional}/versions/latest", KSA) in stack.google.reads
 
 
@@ -69,7 +74,11 @@ async def test_gcp_mount_yaml_key_modes_versions_and_rotation(stack: Stack, prov
         "password": (0o400, b"p1"),
         "cfg.yaml": (0o644, b"db:\n  host: h\npassword: p1\n"),
     }
-    versions = {v.id: v.version for v in first.object_version}
+    # Both entries share one resourceName, so (as upstream) one id: keep them in file order.
+    versions = dict(
+        zip(["password", "cfg.yaml"], [v.version for v in first.object_version], strict=True)
+    )
+    assert [v.id for v in first.object_version] == [f"{cfg}/versions/latest"] * 2
     # The whole secret's version is the resolved version name, so `latest` rotates with it.
     assert versions["cfg.yaml"] == f"{cfg}/versions/1"
     assert len(stack.google.reads) == 1  # both entries read the version once
@@ -77,7 +86,9 @@ async def test_gcp_mount_yaml_key_modes_versions_and_rotation(stack: Stack, prov
     assert list(again.object_version) == list(first.object_version)
     stack.google.add_version(cfg, "db:\n  host: h\npassword: p2\n", KSA)
     rotated = await provider.Mount(request(parameters), timeout=10)
-    new_versions = {v.id: v.version for v in rotated.object_version}
+    new_versions = dict(
+        zip(["password", "cfg.yaml"], [v.version for v in rotated.object_version], strict=True)
+    )
     assert new_versions["cfg.yaml"] == f"{cfg}/versions/2"
     assert new_versions["password"] != versions["password"]
     assert {f.path: f.contents for f in rotated.files}["password"] == b"p2"

@@ -2,45 +2,37 @@
 
 from __future__ import annotations
 
-import ssl
 from collections.abc import AsyncIterator
 from pathlib import Path
 
 import pytest
-from aiohttp import web
 
 from backends.gcp.dialect import GcpRef
+from devkit.certs import ServerTLS, server_tls
+from devkit.google import start_http, start_secret_manager
+from devkit.testing import fetch_ctx
 from provider.core.errors import StoreUnavailable
-from tests.backends.gcp.certs import ServerCert, make_server_cert
 from tests.backends.gcp.conftest import Stack
-from tests.backends.gcp.fake_google import http_app, start_secret_manager
-from tests.helpers import fetch_ctx
 
 KSA = "ksa:default/app"
 
 
 @pytest.fixture
-async def tls(stack: Stack, tmp_path: Path) -> AsyncIterator[tuple[ServerCert, int, str]]:
+async def tls(stack: Stack, tmp_path: Path) -> AsyncIterator[tuple[ServerTLS, int, str]]:
     """A TLS Secret Manager and an HTTPS STS/IAM on the stack's fake Google."""
-    cert = make_server_cert(tmp_path)
+    cert = server_tls(tmp_path, "localhost", ips=["127.0.0.1"])
     server, port = await start_secret_manager(
         stack.google, "tls", regional=False, tls=(cert.key_pem, cert.cert_pem)
     )
-    context = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
-    context.load_cert_chain(cert.cert_file, cert.key_file)
-    runner = web.AppRunner(http_app(stack.google), handle_signals=False)
-    await runner.setup()
-    site = web.TCPSite(runner, "127.0.0.1", 0, ssl_context=context)
-    await site.start()
-    https_port = site._server.sockets[0].getsockname()[1]  # type: ignore[union-attr]
+    runner, https = await start_http(stack.google, cert.context())
     try:
-        yield cert, port, f"https://localhost:{https_port}"
+        yield cert, port, https
     finally:
         await server.stop(None)
         await runner.cleanup()
 
 
-async def test_gcp_tls_with_ca_file(stack: Stack, tls: tuple[ServerCert, int, str]) -> None:
+async def test_gcp_tls_with_ca_file(stack: Stack, tls: tuple[ServerTLS, int, str]) -> None:
     cert, port, https = tls
     name = stack.google.add_version("projects/proj/secrets/db", "over-tls", KSA)
     backend = stack.rebuild(
@@ -60,7 +52,7 @@ async def test_gcp_tls_with_ca_file(stack: Stack, tls: tuple[ServerCert, int, st
 
 
 async def test_gcp_tls_refuses_an_untrusted_server(
-    stack: Stack, tls: tuple[ServerCert, int, str]
+    stack: Stack, tls: tuple[ServerTLS, int, str]
 ) -> None:
     _cert, port, https = tls
     name = stack.google.add_version("projects/proj/secrets/db", "x", KSA)

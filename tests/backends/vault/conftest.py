@@ -16,10 +16,11 @@ import pytest
 from backends.vault.dialect import parse
 from backends.vault.options import Options
 from backends.vault.store import VaultBackend, create
+from devkit.kube import TokenReviewStub
+from devkit.openbao import OpenBao
+from devkit.testing import make_env
+from devkit.tokens import SigningKey
 from provider.core.model import ParseContext, StorePlan
-from tests.backends.vault.kubestubs import SigningKey, TokenReviewStub
-from tests.backends.vault.openbao import OpenBao
-from tests.helpers import make_env
 
 APP_POLICY = """
 path "secret/data/app/*" { capabilities = ["read"] }

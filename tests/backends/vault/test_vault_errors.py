@@ -12,17 +12,7 @@ from aiohttp import web
 
 from backends.vault.options import Options
 from backends.vault.store import VaultBackend, create
-from provider.core.errors import (
-    BridgeError,
-    DeadlineExceeded,
-    LimitExceeded,
-    NotFound,
-    PermissionDenied,
-    StoreUnavailable,
-)
-from provider.core.model import FetchContext, Identity, StorePlan
-from tests.backends.vault.conftest import plan_for
-from tests.backends.vault.fakevault import (
+from devkit.fakevault import (
     FAKE_TOKEN,
     FakeVault,
     drop,
@@ -33,7 +23,17 @@ from tests.backends.vault.fakevault import (
     slow,
     status,
 )
-from tests.helpers import fetch_ctx, make_env, make_pod
+from devkit.testing import fetch_ctx, make_env, make_pod
+from provider.core.errors import (
+    BridgeError,
+    DeadlineExceeded,
+    LimitExceeded,
+    NotFound,
+    PermissionDenied,
+    StoreUnavailable,
+)
+from provider.core.model import FetchContext, Identity, StorePlan
+from tests.backends.vault.conftest import plan_for
 
 POD_JWT = "eyJhbGciOiJSUzI1NiJ9.eyJzdWIiOiJzeXN0ZW06c2VydmljZWFjY291bnQifQ.c2lnbmF0dXJlLXRlc3Q"
 LOGIN = ("POST", "auth/kubernetes/login")
@@ -132,7 +132,7 @@ async def test_cached_token_refused_once_logs_in_again(
     [
         (status(500, errors=["internal error"]), StoreUnavailable, "HTTP 500"),
         (status(404), NotFound, "secret/data/app"),
-        (status(400, errors=["bad args"]), BridgeError, "bad args"),
+        (status(400, errors=["bad args"]), BridgeError, "HTTP 400"),
         (raw(b"<html>proxy</html>"), StoreUnavailable, "does vaultAddress point at Vault"),
         (raw(b"", 204), NotFound, "no data"),
         (json_ok(None), NotFound, "no data"),

@@ -10,12 +10,13 @@ import pytest
 
 from backends.vault.options import Options
 from backends.vault.store import create
+from devkit.kube import TokenRequestStub
+from devkit.openbao import OpenBao
+from devkit.testing import fetch_ctx, make_env, make_pod
+from devkit.tokens import SigningKey
 from provider.core.errors import MissingCredential
 from provider.core.settings import add_options_flags, options_from_args
 from tests.backends.vault.conftest import plan_for
-from tests.backends.vault.kubestubs import SigningKey, TokenRequestStub
-from tests.backends.vault.openbao import OpenBao
-from tests.helpers import fetch_ctx, make_env, make_pod
 
 
 @pytest.fixture

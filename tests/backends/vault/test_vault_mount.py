@@ -13,15 +13,15 @@ from typing import Any
 import pytest
 
 from backends.vault.options import Options
+from devkit.openbao import OpenBao
+from devkit.testing import make_pod
+from devkit.tokens import SigningKey
 from provider.core.errors import MountFailed, PermissionDenied
 from provider.core.metrics import Metrics
 from provider.core.model import Pod
 from provider.core.settings import CoreSettings, ServeSettings
 from provider.edge.app import build_mounter
 from provider.mount.mounting import MountInput, MountResult
-from tests.backends.vault.kubestubs import SigningKey
-from tests.backends.vault.openbao import OpenBao
-from tests.helpers import make_pod
 
 
 class VaultMounts:

@@ -10,12 +10,12 @@ from pathlib import Path
 import pytest
 
 from backends.vault.store import VaultBackend
+from devkit.openbao import TLS_SERVER_NAME, OpenBao
+from devkit.testing import fetch_ctx, make_pod
+from devkit.tokens import SigningKey
 from provider.core.errors import BridgeError, NotFound, StoreUnavailable
 from provider.core.model import SecretValue, StorePlan
 from tests.backends.vault.conftest import plan_for
-from tests.backends.vault.kubestubs import SigningKey
-from tests.backends.vault.openbao import TLS_SERVER_NAME, OpenBao
-from tests.helpers import fetch_ctx, make_pod
 
 OBJECT = "- {objectName: s, secretPath: secret/data/app/tls, secretKey: k}"
 

@@ -1,10 +1,11 @@
-"""Real AWS-API servers for tests and benchmarks: moto_server, and a counting proxy before it.
+"""Real AWS-API servers for tests, bench rigs and perf scripts: moto_server, and a counting
+proxy before it.
 
     with moto_server() as moto:             # a real `moto_server` on 127.0.0.1:<free port>
         moto.client("secretsmanager").create_secret(Name="db", SecretString="...")
         moto.reset()                        # forget every resource (POST /moto-api/reset)
 
-    proxy = CountingProxy(moto.url)         # aiohttp, in the test's event loop
+    proxy = CountingProxy(moto.url)         # aiohttp, in the caller's event loop
     await proxy.start()                     # proxy.url: point the backend here
     proxy.counts["GetParameters"]           # requests seen, by AWS operation
     proxy.deny.add("forbidden")             # 400 AccessDeniedException for bodies naming it
@@ -14,9 +15,11 @@
     proxy.access_keys                       # the access key id that signed each request
     await proxy.stop()
 
-The proxy sits on the real wire between the SDK and moto, so counts are what AWS would bill.
-Seed data through `moto.client` (boto3, synchronous), never through the proxy: the proxy runs in
-the test's event loop, which a synchronous call would block.
+The proxy sits on the real wire between the SDK and moto, so counts are what AWS would bill; it
+passes bodies through byte for byte (no decompression). Seed data through `moto.client` (boto3,
+synchronous), never through the proxy: the proxy runs in the caller's event loop, which a
+synchronous call would block. moto_server runs with the caller's environment minus MOTO_*
+variables, plus MOTO_ALLOW_NONEXISTENT_REGION (tests use made-up regions).
 """
 
 from __future__ import annotations
@@ -26,7 +29,6 @@ import collections
 import contextlib
 import json
 import os
-import socket
 import subprocess
 import sys
 import time
@@ -37,30 +39,56 @@ from typing import Any
 
 from aiohttp import ClientSession, web
 
+from devkit.ports import free_port, serve_app
+
 REGION = "us-east-1"
 ACCOUNT = "123456789012"
 _MOTO = Path(sys.executable).with_name("moto_server")
 
 
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
-def closed_url() -> str:
-    """A loopback URL nobody listens on: connections are refused at once."""
-    return f"http://127.0.0.1:{free_port()}"
-
-
 class MotoServer:
+    """One `moto_server` process on 127.0.0.1."""
+
     def __init__(self, port: int, process: subprocess.Popen[bytes]) -> None:
         self.port = port
         self.url = f"http://127.0.0.1:{port}"
         self.process = process
 
+    @classmethod
+    def start(cls, log: Path | None = None, timeout: float = 30.0) -> MotoServer:
+        """Start it (output to `log`, else discarded) and wait until it answers."""
+        port = free_port()
+        env = {k: v for k, v in os.environ.items() if not k.startswith("MOTO_")}
+        env["MOTO_ALLOW_NONEXISTENT_REGION"] = "true"
+        with open(log or os.devnull, "wb") as out:
+            process = subprocess.Popen(
+                [str(_MOTO), "-H", "127.0.0.1", "-p", str(port)],
+                stdout=out,
+                stderr=subprocess.STDOUT,
+                env=env,
+            )
+        server = cls(port, process)
+        try:
+            server._wait_ready(timeout)
+        except BaseException:
+            server.stop()
+            raise
+        return server
+
+    def _wait_ready(self, timeout: float) -> None:
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            if self.process.poll() is not None:
+                raise RuntimeError(f"moto_server exited with {self.process.returncode}")
+            try:
+                with urllib.request.urlopen(f"{self.url}/moto-api/", timeout=1):
+                    return
+            except OSError:
+                time.sleep(0.1)
+        raise RuntimeError(f"moto_server did not answer on {self.url} within {timeout}s")
+
     def client(self, service: str, region: str = REGION) -> Any:
-        import boto3
+        import boto3  # with moto (test extras); seeding only
 
         return boto3.client(
             service,
@@ -76,6 +104,8 @@ class MotoServer:
             pass
 
     def stop(self) -> None:
+        if self.process.poll() is not None:
+            return
         self.process.terminate()
         try:
             self.process.wait(timeout=10)
@@ -86,33 +116,11 @@ class MotoServer:
 
 @contextlib.contextmanager
 def moto_server(start_timeout: float = 30.0) -> Iterator[MotoServer]:
-    port = free_port()
-    env = {**os.environ, "MOTO_ALLOW_NONEXISTENT_REGION": "true"}
-    process = subprocess.Popen(
-        [str(_MOTO), "-H", "127.0.0.1", "-p", str(port)],
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.DEVNULL,
-        env=env,
-    )
-    server = MotoServer(port, process)
+    server = MotoServer.start(timeout=start_timeout)
     try:
-        _wait_ready(server, start_timeout)
         yield server
     finally:
         server.stop()
-
-
-def _wait_ready(server: MotoServer, timeout: float) -> None:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if server.process.poll() is not None:
-            raise RuntimeError(f"moto_server exited with {server.process.returncode}")
-        try:
-            with urllib.request.urlopen(f"{server.url}/moto-api/", timeout=1):
-                return
-        except OSError:
-            time.sleep(0.1)
-    raise RuntimeError(f"moto_server did not answer on {server.url} within {timeout}s")
 
 
 def operation(headers: Any, body: bytes) -> str:
@@ -128,6 +136,8 @@ def operation(headers: Any, body: bytes) -> str:
 
 
 class CountingProxy:
+    """A proxy to moto (`target`) that counts, inspects and, on demand, fails requests."""
+
     def __init__(self, target: str) -> None:
         self.target = target
         self.counts: collections.Counter[str] = collections.Counter()
@@ -151,13 +161,10 @@ class CountingProxy:
         self._http: ClientSession | None = None
 
     async def start(self) -> str:
-        app = web.Application()
+        app = web.Application(client_max_size=16 * 1024 * 1024)
         app.router.add_route("*", "/{tail:.*}", self._handle)
-        self._runner = web.AppRunner(app, handle_signals=False)
-        await self._runner.setup()
-        port = free_port()
-        await web.TCPSite(self._runner, "127.0.0.1", port).start()
-        self._http = ClientSession()
+        self._runner, port = await serve_app(app)
+        self._http = ClientSession(auto_decompress=False)
         self.url = f"http://127.0.0.1:{port}"
         return self.url
 

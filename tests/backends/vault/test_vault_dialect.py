@@ -179,10 +179,6 @@ def test_secret_args_with_get_is_a_warning() -> None:
             "objects[0].filePermission",
         ),
         (
-            {"objects": "- {objectName: a, secretPath: a/b, secretkey: x}"},
-            "objects[0].secretkey is not a parameter of a vault object; did you mean 'secretKey'?",
-        ),
-        (
             {"objects": "- {objectName: a, secretPath: a/b, extract: 'db-password'}"},
             "objects[0].extract",
         ),

@@ -1,84 +1,29 @@
-"""Stand-ins for the cluster side of Vault's auth methods, reusable by any test.
+"""Stand-ins for the Kubernetes API: the three calls the stores' auth paths make of it.
 
-    key = SigningKey.generate()              # the service-account token signer
-    key.pod_token("default", "app", "vault") # a projected token as the kubelet mints it
+    key = SigningKey.generate()              # devkit.tokens: the service-account token signer
     TokenReviewStub(key)                     # /apis/authentication.k8s.io/v1/tokenreviews
     await TokenRequestStub(key).start()      # .../serviceaccounts/<sa>/token (TokenRequest)
+    await ServiceAccounts({("default", "app"): {"eks.amazonaws.com/role-arn": "arn:..."}}).start()
+                                             # GET .../serviceaccounts/<sa> (annotations)
 
-All listen on 127.0.0.1 on a free port and verify or mint tokens with the same key.
+All listen on 127.0.0.1 and verify or mint tokens with the same key. The TokenReview stub runs
+in a thread, not on an event loop: OpenBao (another process) calls it during a login that a test
+may be awaiting, and a session-wide fixture outlives each test's loop.
 """
 
 from __future__ import annotations
 
+import collections
 import http.server
 import json
 import threading
-import time
-from dataclasses import dataclass
 from typing import Any
 
 import jwt
 from aiohttp import web
-from cryptography.hazmat.primitives import serialization
-from cryptography.hazmat.primitives.asymmetric import rsa
 
-
-@dataclass
-class SigningKey:
-    """An RSA key standing in for the cluster's service-account token signer."""
-
-    private: rsa.RSAPrivateKey
-    issuer: str = "https://kubernetes.default.svc.cluster.local"
-
-    @classmethod
-    def generate(cls) -> SigningKey:
-        return cls(rsa.generate_private_key(public_exponent=65537, key_size=2048))
-
-    @property
-    def public_pem(self) -> str:
-        return (
-            self.private.public_key()
-            .public_bytes(
-                serialization.Encoding.PEM, serialization.PublicFormat.SubjectPublicKeyInfo
-            )
-            .decode()
-        )
-
-    def pod_token(
-        self,
-        namespace: str,
-        service_account: str,
-        audience: str = "vault",
-        *,
-        lifetime: int = 600,
-        pod: str = "app-0",
-    ) -> str:
-        """A projected service-account token as the kubelet would mint it."""
-        now = int(time.time())
-        claims = {
-            "iss": self.issuer,
-            "sub": f"system:serviceaccount:{namespace}:{service_account}",
-            "aud": [audience],
-            "iat": now,
-            "nbf": now,
-            "exp": now + lifetime,
-            "kubernetes.io": {
-                "namespace": namespace,
-                "serviceaccount": {"name": service_account, "uid": f"uid-{service_account}"},
-                "pod": {"name": pod, "uid": f"uid-{pod}"},
-            },
-        }
-        return jwt.encode(claims, self.private, algorithm="RS256")
-
-    def verify(self, token: str) -> dict[str, Any]:
-        """Claims of a token this key signed (raises jwt.InvalidTokenError otherwise)."""
-        claims: dict[str, Any] = jwt.decode(
-            token,
-            self.private.public_key(),
-            algorithms=["RS256"],
-            options={"verify_aud": False},
-        )
-        return claims
+from devkit.ports import serve_app
+from devkit.tokens import SigningKey
 
 
 class TokenReviewStub:
@@ -162,12 +107,7 @@ class TokenRequestStub:
         app.router.add_post(
             "/api/v1/namespaces/{ns}/serviceaccounts/{sa}/token", self._token_request
         )
-        self._runner = web.AppRunner(app, handle_signals=False)
-        await self._runner.setup()
-        site = web.TCPSite(self._runner, "127.0.0.1", 0)
-        await site.start()
-        assert site._server is not None
-        port = site._server.sockets[0].getsockname()[1]  # type: ignore[union-attr]
+        self._runner, port = await serve_app(app)
         self.url = f"http://127.0.0.1:{port}"
 
     async def _token_request(self, request: web.Request) -> web.Response:
@@ -186,6 +126,43 @@ class TokenRequestStub:
             },
             status=201,
         )
+
+    async def stop(self) -> None:
+        if self._runner is not None:
+            await self._runner.cleanup()
+
+
+class ServiceAccounts:
+    """GET /api/v1/namespaces/{ns}/serviceaccounts/{name}, with the given annotations;
+    `calls` counts reads by "namespace/name"."""
+
+    def __init__(self, accounts: dict[tuple[str, str], dict[str, str]]) -> None:
+        self.accounts = accounts
+        self.calls: collections.Counter[str] = collections.Counter()
+        self.url = ""
+        self._runner: web.AppRunner | None = None
+
+    async def start(self) -> str:
+        app = web.Application()
+        app.router.add_get("/api/v1/namespaces/{ns}/serviceaccounts/{name}", self._get)
+        self._runner, port = await serve_app(app)
+        self.url = f"http://127.0.0.1:{port}"
+        return self.url
+
+    async def _get(self, request: web.Request) -> web.Response:
+        ns, name = request.match_info["ns"], request.match_info["name"]
+        self.calls[f"{ns}/{name}"] += 1
+        if (ns, name) not in self.accounts:
+            return web.json_response(
+                {"kind": "Status", "status": "Failure", "reason": "NotFound", "code": 404},
+                status=404,
+            )
+        body: dict[str, Any] = {
+            "apiVersion": "v1",
+            "kind": "ServiceAccount",
+            "metadata": {"name": name, "namespace": ns, "annotations": self.accounts[(ns, name)]},
+        }
+        return web.json_response(body)
 
     async def stop(self) -> None:
         if self._runner is not None:

@@ -40,7 +40,7 @@ def error(objs: str = ONE, **params: str) -> str:
         ({"tenantID": "a/b"}, "tenantID 'a/b'"),
         ({"clientID": "x|y"}, "clientID 'x|y'"),
         ({"userAssignedIdentityID": "../mi"}, "userAssignedIdentityID '../mi'"),
-        ({"cloudName": "AzureGermanCloud"}, "cloudName 'AzureGermanCloud'"),
+        ({"cloudName": "AzureBlackForestCloud"}, "cloudName 'AzureBlackForestCloud'"),
         ({"cloudName": "AzureStackCloud"}, "needs cloudEnvFileName"),
         ({"usePodIdentity": "true"}, 'usePodIdentity "true" is not supported'),
         ({"useAzureTokenProxy": "TRUE"}, 'useAzureTokenProxy "true" is not supported'),
@@ -64,7 +64,6 @@ def test_azure_bad_top_level_parameters(params: dict[str, str], expected: str) -
     [
         ("just text", "objects.array[0]: expected a YAML string holding a map"),
         ("objectName: [x", "objects.array[0]: invalid YAML"),
-        ("objectName: s\nobjectType: secret\nobjectNmae: t", "objects.array[0].objectNmae is not"),
         ("objectName: s\nobjectType: secret\nobjectNotAfter: x", "objectNotAfter is not supported"),
         ("objectType: secret", "objects.array[0].objectName is required"),
         ("objectName: a/b\nobjectType: secret", "objects.array[0].objectName 'a/b'"),

@@ -1,24 +1,27 @@
 """A local Microsoft Entra token endpoint and Key Vault, speaking the real REST wire.
 
 One aiohttp HTTPS server answers for `login.microsoftonline.com` and `<vault>.vault.azure.net`
-(routed by the Host header; the backend reaches it through --azure-connect-to and trusts its CA
-through --azure-ca-file). Key Vault calls follow the challenge flow: a request without a bearer
-token gets 401 with `WWW-Authenticate: Bearer authorization=..., resource=...`; every other call
-must carry a token this server issued, for the vault's tenant and resource, and is answered per
-principal (the client id the token was issued to) from the vault's access list.
+(routed by the Host header; the backend reaches it through --azure-connect-to and trusts its CA,
+from `server_tls`, through --azure-ca-file). Key Vault calls follow the challenge flow: a request
+without a bearer token gets 401 with `WWW-Authenticate: Bearer authorization=..., resource=...`;
+every other call must carry a token this server issued, for the vault's tenant and resource, and
+is answered per principal (the client id the token was issued to) from the vault's access list.
 """
 
 from __future__ import annotations
 
-import base64
 import itertools
 import re
 import secrets
 import ssl
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 from aiohttp import web
+
+from devkit import certs
+from devkit.ports import serve_app
 
 AUTHORITY = "login.microsoftonline.com"
 SUFFIX = "vault.azure.net"
@@ -26,8 +29,9 @@ RESOURCE = f"https://{SUFFIX}"
 _counter = itertools.count(1)
 
 
-def b64url(raw: bytes) -> str:
-    return base64.urlsafe_b64encode(raw).decode().rstrip("=")
+def server_tls(directory: Path, prefix: str = "") -> certs.ServerTLS:
+    """A CA, and a certificate it issued for Entra and every vault (*.vault.azure.net)."""
+    return certs.server_tls(directory, AUTHORITY, sans=[AUTHORITY, f"*.{SUFFIX}"], prefix=prefix)
 
 
 @dataclass
@@ -253,9 +257,5 @@ def _error(
 
 
 async def start(fake: FakeAzure, context: ssl.SSLContext) -> tuple[web.AppRunner, int]:
-    runner = web.AppRunner(fake.app(), handle_signals=False, access_log=None)
-    await runner.setup()
-    site = web.TCPSite(runner, "127.0.0.1", 0, ssl_context=context)
-    await site.start()
-    port = runner.addresses[0][1]
-    return runner, port
+    """Serve `fake` over HTTPS on 127.0.0.1; returns the runner and the port."""
+    return await serve_app(fake.app(), ssl_context=context)

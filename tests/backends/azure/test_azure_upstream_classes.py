@@ -9,26 +9,26 @@ import yaml
 
 from backends.azure.dialect import parse
 from backends.azure.store import AzureBackend
+from devkit import certs
+from devkit.testing import fetch_ctx, make_pod
 from provider.core.model import ParseContext
-from tests.backends.azure import pki
 from tests.backends.azure.conftest import CLIENT, POD_TOKEN, TENANT, Azure
-from tests.helpers import fetch_ctx, make_pod
 
 SPC = Path(__file__).with_name("spc_upstream_docs.yaml")
 AUDIENCE = "api://AzureADTokenExchange"
 
 
 async def test_azure_documented_spc_parses_and_fetches(azure: Azure, backend: AzureBackend) -> None:
-    root, mid, leaf = pki.chain()
+    root, mid, leaf = certs.chain()
     vault = azure.fake.vault("kvname", TENANT)
     vault.access[CLIENT] = "*"
     vault.add("secret", "secret1", {"value": "hello"})
-    key1 = pki.issue("k").key
-    vault.add("key", "key1", {"key": pki.jwk(key1)})
+    key1 = certs.issue("k").key
+    vault.add("key", "key1", {"key": certs.jwk(key1)})
     # A Key Vault certificate is three objects of one name: cert, key and (PFX) secret.
-    vault.add("cert", "cert1", pki.cert_body(leaf))
-    vault.add("key", "cert1", {"key": pki.jwk(leaf.key)})
-    body = {"value": pki.pfx(leaf, [root, mid]), "contentType": "application/x-pkcs12"}
+    vault.add("cert", "cert1", certs.cert_body(leaf))
+    vault.add("key", "cert1", {"key": certs.jwk(leaf.key)})
+    body = {"value": certs.pfx(leaf, [root, mid]), "contentType": "application/x-pkcs12"}
     vault.add("secret", "cert1", {**body, "certificate_backed": True})
 
     spc = yaml.safe_load(SPC.read_text())
@@ -63,8 +63,8 @@ async def test_azure_documented_spc_parses_and_fetches(azure: Azure, backend: Az
         files[spec.name] = value.content
     assert files == {
         "secret1": b"hello",
-        "key1": pki.public_pem(key1),
+        "key1": certs.public_pem(key1),
         "cert1": leaf.pem,
-        "cert1-pub-key": pki.public_pem(leaf.key),
+        "cert1-pub-key": certs.public_pem(leaf.key),
         "cert1-secret": leaf.key_pem + leaf.pem + mid.pem + root.pem,
     }

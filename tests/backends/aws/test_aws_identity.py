@@ -10,20 +10,21 @@ import pytest
 from backends.aws.dialect import parse
 from backends.aws.options import Options
 from backends.aws.store import create
+from devkit.eks import PodIdentityAgent
+from devkit.kube import ServiceAccounts
+from devkit.moto import CountingProxy, MotoServer
+from devkit.testing import fetch_ctx, make_env, make_pod
 from provider.core.errors import MissingCredential, PermissionDenied
 from provider.core.model import ParseContext
 from tests.backends.aws.conftest import POD_TOKEN, REGION, ROLE, MakeHarness, irsa_pod
-from tests.backends.aws.moto import CountingProxy, MotoServer
-from tests.backends.aws.stubs import KubeStub, PodIdentityAgent
-from tests.helpers import fetch_ctx, make_env, make_pod
 
 OBJECTS = "- {objectName: s, objectType: secretsmanager}"
 ANNOTATED = "arn:aws:iam::123456789012:role/annotated"
 
 
 @pytest.fixture
-async def kube() -> AsyncIterator[KubeStub]:
-    stub = KubeStub(
+async def kube() -> AsyncIterator[ServiceAccounts]:
+    stub = ServiceAccounts(
         {
             ("default", "app"): {"eks.amazonaws.com/role-arn": ANNOTATED},
             ("default", "plain"): {},
@@ -82,7 +83,7 @@ async def test_aws_missing_token_names_the_audience(
 
 
 async def test_aws_role_from_service_account_annotation(
-    make_harness: MakeHarness, seeded: MotoServer, proxy: CountingProxy, kube: KubeStub
+    make_harness: MakeHarness, seeded: MotoServer, proxy: CountingProxy, kube: ServiceAccounts
 ) -> None:
     h = make_harness(f"{REGION}={proxy.url}", kube_api_url=kube.url)
     mounted = await h.mount({"objects": OBJECTS})
@@ -96,7 +97,7 @@ async def test_aws_node_identity_only_for_allowed_namespaces(
     make_harness: MakeHarness,
     seeded: MotoServer,
     proxy: CountingProxy,
-    kube: KubeStub,
+    kube: ServiceAccounts,
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     monkeypatch.setenv("AWS_ACCESS_KEY_ID", "AKIANODEIDENTITY0001")
@@ -168,8 +169,8 @@ async def test_aws_expired_credentials_log_in_again_once(
 
 
 async def test_aws_backend_without_options_uses_defaults() -> None:
-    # The composition root may pass no Options (no aws flags given): defaults apply.
-    backend = create(make_env("aws", None))
+    # No aws flags given: the composition root passes Options(), the defaults.
+    backend = create(make_env("aws"))
     try:
         plan = parse(
             {"region": REGION, "roleArn": ROLE, "objects": OBJECTS},

@@ -14,12 +14,13 @@ import pytest
 
 from backends.vault.options import Options
 from backends.vault.store import VaultBackend, create
+from devkit.kube import TokenReviewStub
+from devkit.openbao import OpenBao
+from devkit.testing import fetch_ctx, make_env, make_pod
+from devkit.tokens import SigningKey
 from provider.core.errors import MissingCredential, NotFound, PermissionDenied, StoreUnavailable
 from provider.core.model import Identity, SecretValue, StorePlan
 from tests.backends.vault.conftest import plan_for
-from tests.backends.vault.kubestubs import SigningKey, TokenReviewStub
-from tests.backends.vault.openbao import OpenBao
-from tests.helpers import fetch_ctx, make_env, make_pod
 
 
 def jwt_class(openbao: OpenBao, objects: str, **params: str) -> StorePlan:

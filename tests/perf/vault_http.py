@@ -1,6 +1,6 @@
 """Measure: 200 concurrent KV reads through our aiohttp client vs hvac in a bounded thread pool.
 
-Run: .venv/bin/python -m tests.backends.vault.measure_http [--reads 200] [--rounds 5]
+Run: .venv/bin/python -m tests.perf.vault_http [--reads 200] [--rounds 5]
 Starts its own OpenBao, logs in once (a root-issued token), and times the reads only. Both sides
 use keep-alive connections; hvac gets one requests.Session per worker thread (hvac's Client is
 not thread-safe to share), the pool bounded like our connection limit.
@@ -21,7 +21,7 @@ import hvac
 
 from backends.vault.client import VaultHTTP
 from backends.vault.dialect import TLSConfig
-from tests.backends.vault.openbao import OpenBao
+from devkit.openbao import OpenBao
 
 
 def percentile(values: list[float], p: float) -> float:

@@ -10,6 +10,7 @@ may read them — so a test that serves one identity another's value fails at th
 from __future__ import annotations
 
 import secrets
+import ssl
 import time
 from dataclasses import dataclass, field
 from typing import Any
@@ -18,6 +19,8 @@ import grpc
 import jwt
 from aiohttp import web
 from google.cloud.secretmanager_v1.types import resources, service
+
+from devkit.ports import serve_app
 
 SERVICE = "google.cloud.secretmanager.v1.SecretManagerService"
 POOL = "proj.svc.id.goog"
@@ -48,14 +51,28 @@ class FakeGoogle:
     sts_requests: list[dict[str, str]] = field(default_factory=list)
     iam_requests: list[dict[str, Any]] = field(default_factory=list)
     oauth_requests: list[dict[str, str]] = field(default_factory=list)
-    #: (server label, resource name, principal) per AccessSecretVersion.
+    #: (server label, resource name, principal) per AccessSecretVersion or
+    #: RenderParameterVersion (devkit/google_params.py).
     reads: list[tuple[str, str, str]] = field(default_factory=list)
+    #: "projects/p/locations/l/parameters/x" -> version id -> payload (insertion order: the
+    #: last one is `latest`); readers in `readers`, keyed by the parameter.
+    parameters: dict[str, dict[str, bytes]] = field(default_factory=dict)
 
     def add_version(self, secret: str, payload: bytes | str, *readers: str) -> str:
         data = payload.encode() if isinstance(payload, str) else payload
         self.secrets.setdefault(secret, []).append(data)
         self.readers.setdefault(secret, set()).update(readers)
         return f"{secret}/versions/{len(self.secrets[secret])}"
+
+    def add_parameter_version(
+        self, parameter: str, version: str, payload: bytes | str, *readers: str
+    ) -> str:
+        """A Parameter Manager version; `__REF__("//secretmanager.googleapis.com/<secret
+        version>")` in the payload is rendered from `secrets`."""
+        data = payload.encode() if isinstance(payload, str) else payload
+        self.parameters.setdefault(parameter, {})[version] = data
+        self.readers.setdefault(parameter, set()).update(readers)
+        return f"{parameter}/versions/{version}"
 
     def issue(self, principal: str) -> str:
         token = "ya29.fake-" + secrets.token_hex(12)
@@ -203,3 +220,13 @@ def http_app(google: FakeGoogle) -> web.Application:
     app.router.add_post("/oauth2/token", oauth)
     app.router.add_get("/api/v1/namespaces/{ns}/serviceaccounts/{name}", service_account)
     return app
+
+
+async def start_http(
+    google: FakeGoogle, context: ssl.SSLContext | None = None
+) -> tuple[web.AppRunner, str]:
+    """STS, IAM, OAuth and the ServiceAccount read on 127.0.0.1 (HTTPS with `context`);
+    returns the runner and the base URL."""
+    runner, port = await serve_app(http_app(google), ssl_context=context)
+    scheme, host = ("https", "localhost") if context else ("http", "127.0.0.1")
+    return runner, f"{scheme}://{host}:{port}"

@@ -18,6 +18,8 @@ from typing import Any
 
 from aiohttp import web
 
+from devkit.ports import serve_app
+
 Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
 
 FAKE_TOKEN = "s.FakeVaultTokenForTestsOnly0001"
@@ -100,13 +102,7 @@ class FakeVault:
         app = web.Application()
         app.router.add_route("*", "/v1/{path:.*}", fake._dispatch)
         # A short shutdown: slow handlers of deadline tests must not hold up teardown.
-        fake._runner = web.AppRunner(app, handle_signals=False, shutdown_timeout=0.1)
-        await fake._runner.setup()
-        site = web.TCPSite(fake._runner, "127.0.0.1", 0)
-        await site.start()
-        server = site._server
-        assert server is not None
-        port = server.sockets[0].getsockname()[1]  # type: ignore[union-attr]
+        fake._runner, port = await serve_app(app, shutdown_timeout=0.1)
         fake.addr = f"http://127.0.0.1:{port}"
         return fake
 

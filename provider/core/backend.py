@@ -1,0 +1,170 @@
+"""The one interface every store implements, and what the composition root builds it with.
+
+Each store package `backends/<name>/` has the same file roles:
+  - `dialect.py`: KEYS (every parameter name of the dialect) and
+                  `parse(params, ctx: ParseContext[Options]) -> StorePlan[Store, Ref]`;
+                  imports no SDK, so `check` and start-up stay fast.
+  - `options.py`: `Options`, a frozen dataclass of provider-level flags (provider/core/settings.py
+                  turns each field into `--<name>-<field>` and `SECRETS_BRIDGE_<NAME>_<FIELD>`);
+                  every field has a default, so `Options()` is the store's defaults.
+  - `auth.py`:    who the pod is for the store (identity key, login, credential cache).
+  - `client.py`:  the wire, and the one place the store's errors are translated into
+                  provider/core/errors.py (some stores keep the translation table in `errors.py`).
+  - `store.py`:   `create(env: BackendEnv[Options]) -> Backend[Store, Ref]`, the SDK loaded lazily.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextvars
+import math
+import time
+from collections.abc import Awaitable, Callable, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any, Generic, Protocol, TypeVar
+
+from provider.core.caching import ExpiringCache
+from provider.core.errors import BridgeError, DeadlineExceeded, StoreUnavailable
+from provider.core.kube import KubeClient
+from provider.core.metrics import Metrics
+from provider.core.model import (
+    FetchContext,
+    Fetched,
+    Identity,
+    OptionsT,
+    Pod,
+    RefT,
+    StorePlan,
+    StoreT,
+)
+from provider.core.retrying import retry_reason, retry_transient
+from provider.core.settings import CoreSettings
+
+T = TypeVar("T")
+
+#: Seconds kept between a store call's cut-off and the deadline it runs under, so what follows
+#: a timed-out call (a retry's verdict, a stale copy, an error naming the store) still fits.
+CALL_MARGIN = 0.25
+#: The core's timeout fires this much after the attempt's cut-off: a store client with a
+#: timeout of its own (Vault's) cuts first, with a message naming its address; the core's is
+#: the backstop for SDKs without one.
+BACKSTOP_GRACE = 0.1
+
+_cutoff: contextvars.ContextVar[float] = contextvars.ContextVar("store_call_cutoff")
+_failures: contextvars.ContextVar[list[Failure] | None] = contextvars.ContextVar(
+    "store_call_failures", default=None
+)
+
+
+@dataclass(frozen=True)
+class Failure:
+    """A failed store call: its error, and whether the store was silent (the call was cut off)
+    rather than refusing."""
+
+    error: BridgeError
+    silent: bool
+
+
+def watch_failures() -> list[Failure]:
+    """A list that holds the latest failed store call made from this context on (the
+    fetcher's loads watch theirs, so a mount that stops waiting can say what the store did)."""
+    seen: list[Failure] = []
+    _failures.set(seen)
+    return seen
+
+
+def attempt_cutoff() -> float:
+    """`time.monotonic()` at which the store call now running is cut off (inf outside
+    `BackendEnv.retry`): a store client with its own timer sets it to end there."""
+    return _cutoff.get(math.inf)
+
+
+@dataclass(frozen=True)
+class BackendEnv(Generic[OptionsT]):
+    """Everything a backend is built with (the composition root fills it)."""
+
+    name: str
+    core: CoreSettings
+    #: The store's Options: from the flags under `serve`/`mount`, else `Options()`.
+    options: OptionsT
+    kube: KubeClient
+    metrics: Metrics
+    #: Cache for credentials (tokens, STS credentials) keyed by Identity.key.
+    credentials: ExpiringCache[Any]
+
+    async def retry(self, call: Callable[[], Awaitable[T]], ctx: FetchContext) -> T:
+        """`call`, with transient failures retried within the retry deadline and each retry
+        counted for this store (throttled or unavailable), the same way for every store.
+
+        Every attempt is cut off after `--store-call-timeout` (or sooner, just before
+        `ctx.deadline`): a store that accepts and never answers — the usual outage — then
+        fails like one that refuses, as StoreUnavailable: retried, eligible for serve-stale,
+        counted as "unavailable".
+        """
+
+        def count(exc: BaseException) -> None:
+            self.metrics.retries.labels(self.name, retry_reason(exc)).inc()
+
+        async def attempt() -> T:
+            now = time.monotonic()
+            limit = min(self.core.store_call_timeout, ctx.deadline - CALL_MARGIN - now)
+            if limit <= 0:
+                raise DeadlineExceeded(
+                    f"no time left for a call to the {self.name} store before the deadline"
+                )
+            token = _cutoff.set(now + limit)
+            try:
+                async with asyncio.timeout(limit + BACKSTOP_GRACE):
+                    return await call()
+            except TimeoutError:
+                error = StoreUnavailable(
+                    f"the {self.name} store did not answer within {limit:.1f}s "
+                    "(--store-call-timeout)"
+                )
+                _note(Failure(error, silent=True))
+                raise error from None
+            except BridgeError as exc:
+                # A client's own timer (Vault's) cuts at the cut-off too: that is silence.
+                _note(Failure(exc, silent=time.monotonic() >= now + limit - 0.01))
+                raise
+            finally:
+                _cutoff.reset(token)
+
+        return await retry_transient(attempt, ctx, on_retry=count)
+
+
+def _note(failure: Failure) -> None:
+    seen = _failures.get()
+    if seen is not None:
+        seen[:] = [failure]
+
+
+class Backend(Protocol[StoreT, RefT]):
+    """A secret store, generic over its dialect's store and ref types."""
+
+    name: str
+
+    async def identify(self, plan: StorePlan[StoreT, RefT], pod: Pod) -> Identity:
+        """Resolve the identity the pod uses for this store.
+
+        Must raise MissingCredential when the pod brought no token for the store's audience (and
+        no nodePublishSecretRef credentials, and the TokenRequest fallback is off), and
+        PermissionDenied for node identity outside the allowed namespaces — before any cache.
+        """
+        ...
+
+    async def fetch(
+        self,
+        plan: StorePlan[StoreT, RefT],
+        identity: Identity,
+        refs: Sequence[RefT],
+        ctx: FetchContext,
+    ) -> Mapping[RefT, Fetched]:
+        """Fetch each ref (unique) once; per-ref errors are returned, not raised."""
+        ...
+
+    async def close(self) -> None: ...
+
+
+#: How the store-neutral layers (mount, edge) hold any store.
+AnyBackend = Backend[Any, Any]
