@@ -13,6 +13,8 @@ pods under one ServiceAccount logs in once.
 
 from __future__ import annotations
 
+import json
+import logging
 import re
 import time
 from dataclasses import dataclass, field
@@ -23,11 +25,19 @@ from backends.aws.clients import ClientPool, Credentials
 from backends.aws.errors import translated
 from backends.aws.options import POD_IDENTITY_IPV4, POD_IDENTITY_IPV6, Options
 from backends.aws.refs import AwsStore
+from backends.wire import MAX_SMALL_BODY, read_capped
+from provider.core.backend import BackendEnv
 from provider.core.caching import ExpiringCache
-from provider.core.errors import BridgeError, PermissionDenied, StoreUnavailable, scrub
+from provider.core.errors import (
+    BridgeError,
+    PermissionDenied,
+    StoreUnavailable,
+    redacted,
+)
 from provider.core.identity import pod_scope, pod_token, require_node_identity
-from provider.core.model import BackendEnv, FetchContext, Identity, Pod, identity_key
-from provider.core.retrying import retry_transient
+from provider.core.model import FetchContext, Identity, Pod, identity_key
+
+log = logging.getLogger("secrets_bridge.aws")
 
 IRSA_AUDIENCE = "sts.amazonaws.com"
 POD_IDENTITY_AUDIENCE = "pods.eks.amazonaws.com"
@@ -56,7 +66,7 @@ class Login:
 
 
 class Authenticator:
-    def __init__(self, env: BackendEnv, options: Options, pool: ClientPool) -> None:
+    def __init__(self, env: BackendEnv[Options], options: Options, pool: ClientPool) -> None:
         self._env = env
         self._options = options
         self._pool = pool
@@ -122,7 +132,7 @@ class Authenticator:
                 creds = await self._assume_role(store, login, identity.subject, ctx)
             else:
                 # tenacity awaits only coroutine functions, never a lambda's coroutine.
-                creds = await retry_transient(from_agent, ctx)
+                creds = await self._env.retry(from_agent, ctx)
             return creds, _ttl(creds)
 
         creds: Credentials = await self._env.credentials.get_or_load(identity.key, load)
@@ -148,7 +158,7 @@ class Authenticator:
             assert last is not None
             raise last
 
-        return await retry_transient(attempt, ctx)
+        return await self._env.retry(attempt, ctx)
 
     async def _assume_in(self, region: str, login: Login, subject: str) -> Credentials:
         what = f"AssumeRoleWithWebIdentity for {login.role_arn} in {region} (pod {subject})"
@@ -202,22 +212,30 @@ class Authenticator:
         with self._env.metrics.backend_call("aws", "PodIdentityCredentials"), translated(what):
             async with (
                 aiohttp.ClientSession(timeout=timeout) as http,
-                http.get(url, headers={"Authorization": login.token}) as response,
+                # No redirect: it would carry the pod's token to the host it names.
+                http.get(
+                    url, headers={"Authorization": login.token}, allow_redirects=False
+                ) as response,
             ):
-                text = await response.text()
+                body = await read_capped(response, MAX_SMALL_BODY, what)
                 status = response.status
                 if status == 200:
-                    return _agent_credentials(await _json(response), what)
+                    return _agent_credentials(_json(body), what)
+        # The agent's error text is not relayed (backends/wire.py); its status says enough.
+        log.debug("%s answered HTTP %s (not relayed): %s", what, status, redacted(body))
         if status in (400, 401, 403, 404):
             raise PermissionDenied(
-                f"{what}: refused (HTTP {status}: {scrub(text)}); create a Pod Identity "
+                f"{what}: refused (HTTP {status}); create a Pod Identity "
                 f"association for ServiceAccount {subject}, or set usePodIdentity to false"
             )
-        raise StoreUnavailable(f"{what}: HTTP {status}: {scrub(text)}")
+        raise StoreUnavailable(f"{what}: HTTP {status}")
 
 
-async def _json(response: Any) -> Any:
-    return await response.json(content_type=None)
+def _json(body: bytes) -> Any:
+    try:
+        return json.loads(body)
+    except ValueError:
+        return None
 
 
 def _agent_credentials(data: Any, what: str) -> Credentials:

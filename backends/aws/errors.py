@@ -3,12 +3,14 @@
 Every AWS call runs inside `translated(...)`; nothing from the SDK escapes it. The AWS error
 code decides the class, because HTTP statuses overlap (SSM answers 400 both for a missing
 parameter and for throttling). Messages carry the caller's description of the call (object,
-region, identity) and a scrubbed, bounded piece of AWS's own text.
+region, identity), the AWS error code and the HTTP status — never AWS's message, which is free
+text that may echo request input; it goes to a DEBUG line, redacted.
 """
 
 from __future__ import annotations
 
 import asyncio
+import logging
 from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import Any
@@ -20,8 +22,11 @@ from provider.core.errors import (
     NotFound,
     PermissionDenied,
     StoreUnavailable,
+    redacted,
     scrub,
 )
+
+log = logging.getLogger("secrets_bridge.aws")
 
 DENIED = frozenset(
     {
@@ -126,7 +131,13 @@ def _client_error(response: Any, what: str, hint: str) -> BridgeError:
     meta = response.get("ResponseMetadata") or {}
     code = str(error.get("Code") or "")
     status = int(meta.get("HTTPStatusCode") or 0)
-    detail = f"{code or 'HTTP ' + str(status)}: {scrub(error.get('Message') or '')}".rstrip(": ")
+    # The code is AWS's identifier (or a registry's, for an emulator): report it only when it
+    # looks like one, so a free-text code cannot carry anything into the event.
+    known = code if code.isascii() and code.isalnum() and len(code) <= 64 else ""
+    detail = f"{known or 'HTTP ' + str(status)}"
+    log.debug(
+        "AWS answered %s %s (not relayed): %s", status, known, redacted(error.get("Message") or "")
+    )
     if code in DENIED:
         return AwsDenied(f"{what}: denied ({detail}){hint}", code)
     if code in MISSING:

@@ -48,6 +48,16 @@ class Options:
         default=32,
         metadata={"help": "store calls in flight at once from this provider (quota guard)"},
     )
+    revalidate_max_age: float = field(
+        default=600.0,
+        metadata={
+            "help": "seconds a Secrets Manager value may be confirmed by DescribeSecret instead "
+            "of re-read (0 = off); the value stays in memory that long",
+            # The spelling of the first release, kept: it is in every existing DaemonSet.
+            "flags": ("--revalidate-max-age",),
+            "env": ("SECRETS_BRIDGE_REVALIDATE_MAX_AGE",),
+        },
+    )
     connect_timeout: float = field(
         default=3.0, metadata={"help": "seconds to wait for a connection to an AWS endpoint"}
     )

@@ -11,14 +11,16 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from collections.abc import Awaitable, Callable, Hashable, Sequence
+from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
 from typing import Any, TypeVar
 
 from backends.aws.auth import Login
 from backends.aws.clients import ClientPool, Credentials
 from backends.aws.errors import STALE_CREDENTIALS, AwsDenied, translated
+from backends.aws.options import Options
 from backends.aws.refs import AwsRef, AwsStore, Target
+from provider.core.backend import BackendEnv
 from provider.core.errors import (
     BridgeError,
     DeadlineExceeded,
@@ -26,8 +28,7 @@ from provider.core.errors import (
     PermissionDenied,
     StoreUnavailable,
 )
-from provider.core.model import BackendEnv, FetchContext, Fetched, Identity, SecretValue
-from provider.core.retrying import retry_reason, retry_transient
+from provider.core.model import FetchContext, Fetched, Identity, SecretValue
 
 T = TypeVar("T")
 log = logging.getLogger("secrets_bridge.aws")
@@ -39,7 +40,7 @@ SSM_BATCH = 10
 class Shared:
     """What a backend lends each fetch."""
 
-    env: BackendEnv
+    env: BackendEnv[Options]
     pool: ClientPool
     limit: asyncio.Semaphore
 
@@ -92,10 +93,7 @@ class Reader:
                     f"{primary}; failover region {self._store.failover_region}: {exc}"
                 ) from None
 
-        return await retry_transient(attempt, self._ctx, on_retry=self._count_retry)
-
-    def _count_retry(self, exc: BaseException) -> None:
-        self._shared.env.metrics.retries.labels("aws", retry_reason(exc)).inc()
+        return await self._shared.env.retry(attempt, self._ctx)
 
     async def call(
         self, service: str, region: str, operation: str, what: str, hint: str, **kwargs: Any
@@ -180,16 +178,16 @@ class Reader:
 
     # -- SSM Parameter Store -----------------------------------------------------------------
 
-    async def parameters(self, refs: Sequence[AwsRef], index: int) -> dict[Hashable, Fetched]:
+    async def parameters(self, refs: Sequence[AwsRef], index: int) -> dict[AwsRef, Fetched]:
         """Read SSM refs in `index`'s region, ten per GetParameters call."""
         batches = pack(refs, index)
         parts = await asyncio.gather(*(self._parameter_batch(b, index) for b in batches))
-        results: dict[Hashable, Fetched] = {}
+        results: dict[AwsRef, Fetched] = {}
         for part in parts:
             results.update(part)
         return results
 
-    async def _parameter_batch(self, refs: Sequence[AwsRef], index: int) -> dict[Hashable, Fetched]:
+    async def _parameter_batch(self, refs: Sequence[AwsRef], index: int) -> dict[AwsRef, Fetched]:
         region = self.region(index)
         selectors = {_selector(ref.target(index)): ref for ref in refs}
         names = ", ".join(repr(s) for s in selectors)
@@ -224,10 +222,10 @@ class Reader:
 
     def _match(
         self, response: Any, selectors: dict[str, AwsRef], index: int
-    ) -> dict[Hashable, Fetched]:
+    ) -> dict[AwsRef, Fetched]:
         # A batch never holds one name twice (see pack), so Name or ARN identifies the request.
         by_name = {ref.target(index).name: ref for ref in selectors.values()}
-        results: dict[Hashable, Fetched] = {}
+        results: dict[AwsRef, Fetched] = {}
         for param in response["Parameters"]:
             if not isinstance(param, dict):
                 continue

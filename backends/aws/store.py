@@ -10,7 +10,7 @@ is unchanged (DescribeSecret has four times GetSecretValue's quota and returns n
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Hashable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 
 from backends.aws.auth import Authenticator
 from backends.aws.clients import ClientPool, Credentials
@@ -18,29 +18,24 @@ from backends.aws.errors import STALE_CREDENTIALS, AwsDenied
 from backends.aws.options import Options
 from backends.aws.reading import Reader, Shared, pack
 from backends.aws.refs import AwsRef, AwsStore
+from provider.core.backend import BackendEnv
 from provider.core.caching import ExpiringCache
 from provider.core.errors import BridgeError, PermissionDenied
-from provider.core.model import (
-    BackendEnv,
-    FetchContext,
-    Fetched,
-    Identity,
-    Pod,
-    SecretValue,
-    StorePlan,
-)
+from provider.core.model import FetchContext, Fetched, Identity, Pod, SecretValue, StorePlan
 
 #: Bounds of the values held for revalidation (they live in memory only).
 HELD_ENTRIES = 10_000
 HELD_BYTES = 64 * 1024 * 1024
 
+Plan = StorePlan[AwsStore, AwsRef]
+
 
 class AwsBackend:
     name = "aws"
 
-    def __init__(self, env: BackendEnv) -> None:
+    def __init__(self, env: BackendEnv[Options]) -> None:
         self._env = env
-        self._options: Options = env.options if isinstance(env.options, Options) else Options()
+        self._options = env.options
         self._pool = ClientPool(self._options)
         self._auth = Authenticator(env, self._options, self._pool)
         self._shared = Shared(env, self._pool, asyncio.Semaphore(self._options.max_concurrency))
@@ -54,22 +49,18 @@ class AwsBackend:
         #: (identity key, ref) whose DescribeSecret was denied: not revalidated for a while.
         self._undescribable: ExpiringCache[bool] = ExpiringCache(max_entries=HELD_ENTRIES)
 
-    async def identify(self, plan: StorePlan, pod: Pod) -> Identity:
-        assert isinstance(plan.store, AwsStore)
+    async def identify(self, plan: Plan, pod: Pod) -> Identity:
         return await self._auth.identify(plan.store, pod)
 
     async def fetch(
-        self, plan: StorePlan, identity: Identity, refs: Sequence[Hashable], ctx: FetchContext
-    ) -> Mapping[Hashable, Fetched]:
+        self, plan: Plan, identity: Identity, refs: Sequence[AwsRef], ctx: FetchContext
+    ) -> Mapping[AwsRef, Fetched]:
         store = plan.store
-        assert isinstance(store, AwsStore)
-        aws_refs = [ref for ref in refs if isinstance(ref, AwsRef)]
-        assert len(aws_refs) == len(refs), "the aws backend was handed another backend's refs"
-        if not aws_refs:
+        if not refs:
             return {}
         creds = await self._auth.credentials(store, identity, ctx)
-        results = await self._read(store, identity, creds, aws_refs, ctx)
-        stale = [ref for ref in aws_refs if _expired(results[ref])]
+        results = await self._read(store, identity, creds, refs, ctx)
+        stale = [ref for ref in refs if _expired(results[ref])]
         if stale:
             # AWS says the credentials expired before we thought: one shared re-login.
             self._auth.forget(identity, creds)
@@ -84,7 +75,7 @@ class AwsBackend:
         creds: Credentials | None,
         refs: Sequence[AwsRef],
         ctx: FetchContext,
-    ) -> dict[Hashable, Fetched]:
+    ) -> dict[AwsRef, Fetched]:
         reader = Reader(self._shared, store, identity, creds, ctx)
         ssm = [ref for ref in refs if ref.service == "ssm"]
         secrets = [ref for ref in refs if ref.service == "secretsmanager"]
@@ -92,19 +83,19 @@ class AwsBackend:
             self._parameters(reader, ssm),
             asyncio.gather(*(self._secret(reader, identity, ref) for ref in secrets)),
         )
-        results: dict[Hashable, Fetched] = dict(parameters)
+        results: dict[AwsRef, Fetched] = dict(parameters)
         results.update(zip(secrets, values, strict=True))
         return results
 
-    async def _parameters(self, reader: Reader, refs: list[AwsRef]) -> dict[Hashable, Fetched]:
+    async def _parameters(self, reader: Reader, refs: list[AwsRef]) -> dict[AwsRef, Fetched]:
         # Batches are formed by primary names; each batch fails over as a whole.
         parts = await asyncio.gather(*(self._batch(reader, b) for b in pack(refs, 0)))
-        results: dict[Hashable, Fetched] = {}
+        results: dict[AwsRef, Fetched] = {}
         for part in parts:
             results.update(part)
         return results
 
-    async def _batch(self, reader: Reader, batch: list[AwsRef]) -> dict[Hashable, Fetched]:
+    async def _batch(self, reader: Reader, batch: list[AwsRef]) -> dict[AwsRef, Fetched]:
         try:
             part, _ = await reader.with_failover(lambda index: reader.parameters(batch, index))
         except BridgeError as exc:
@@ -112,7 +103,7 @@ class AwsBackend:
         return part
 
     async def _secret(self, reader: Reader, identity: Identity, ref: AwsRef) -> Fetched:
-        max_age = self._env.core.revalidate_max_age
+        max_age = self._options.revalidate_max_age
         key = (identity.key, ref)
         revalidate = max_age > 0 and self._undescribable.get(key) is None
         held = self._held.get(key) if revalidate else None
@@ -144,5 +135,5 @@ def _expired(result: Fetched) -> bool:
     return isinstance(result, AwsDenied) and result.aws_code in STALE_CREDENTIALS
 
 
-def create(env: BackendEnv) -> AwsBackend:
+def create(env: BackendEnv[Options]) -> AwsBackend:
     return AwsBackend(env)

@@ -17,24 +17,29 @@ from __future__ import annotations
 
 import asyncio
 import json
+import logging
+import re
 import time
 from dataclasses import dataclass, field
 from typing import Any
 
+from backends import nodefiles
 from backends.azure.dialect import CLOUDS, AzureStore
 from backends.azure.options import Options
+from provider.core.backend import BackendEnv
 from provider.core.caching import ExpiringCache
 from provider.core.errors import (
-    InvalidParameters,
     MissingCredential,
     PermissionDenied,
     StoreUnavailable,
+    redacted,
     scrub,
 )
 from provider.core.identity import pod_scope, pod_token, require_node_identity
-from provider.core.model import BackendEnv, Identity, Pod, credential_hash, identity_key
+from provider.core.model import Identity, Pod, credential_hash, identity_key
 
 AUDIENCE = "api://AzureADTokenExchange"
+log = logging.getLogger("secrets_bridge.azure")
 
 
 @dataclass(frozen=True)
@@ -51,6 +56,10 @@ class Login:
     assertion: str = field(default="", repr=False)
     client_secret: str = field(default="", repr=False)
     client_id: str = ""
+
+
+#: Cap of the cloudEnvFileName file (the Azure SDK for Go's environment file is about 2 KiB).
+MAX_CLOUD_FILE = 64 * 1024
 
 
 async def endpoints(store: AzureStore, options: Options | None) -> Endpoints:
@@ -71,24 +80,25 @@ async def endpoints(store: AzureStore, options: Options | None) -> Endpoints:
 
 
 def _read_cloud_file(path: str) -> tuple[str, str]:
-    # The Azure SDK for Go's environment file (as upstream's AZURE_ENVIRONMENT_FILEPATH).
+    """The Azure SDK for Go's environment file (as upstream's AZURE_ENVIRONMENT_FILEPATH).
+
+    A node file named by the class (backends/nodefiles.py): one message for every failure,
+    unusable content included, so the class's author learns nothing about the node's files.
+    """
+    field, holding = "cloudEnvFileName", "JSON with activeDirectoryEndpoint and keyVaultDNSSuffix"
+    raw = nodefiles.read_node_file(path, field, MAX_CLOUD_FILE, holding)
     try:
-        with open(path, encoding="utf-8") as fh:
-            data = json.load(fh)
-    except (OSError, ValueError) as exc:
-        raise InvalidParameters(
-            f"cloudEnvFileName {path}: cannot be read on this node ({type(exc).__name__})"
-        ) from None
+        data = json.loads(raw)
+    except ValueError:
+        data = None
     authority = data.get("activeDirectoryEndpoint") if isinstance(data, dict) else None
     suffix = data.get("keyVaultDNSSuffix") if isinstance(data, dict) else None
     if not isinstance(authority, str) or not isinstance(suffix, str) or not authority or not suffix:
-        raise InvalidParameters(
-            f"cloudEnvFileName {path}: needs activeDirectoryEndpoint and keyVaultDNSSuffix"
-        )
+        raise nodefiles.unusable(field, path, MAX_CLOUD_FILE, holding)
     return authority, suffix
 
 
-async def identify(env: BackendEnv, store: AzureStore, pod: Pod) -> Identity:
+async def identify(env: BackendEnv[Options], store: AzureStore, pod: Pod) -> Identity:
     ends = await endpoints(store, env.options)
     parts: list[object] = [store.cloud, ends.authority_host, ends.vault_url, store.tenant_id]
     if store.auth == "workload-identity":
@@ -162,6 +172,34 @@ class LoginRefused(PermissionDenied):
     """Entra refused the login: the whole Mount fails, not one object."""
 
 
+#: OAuth 2.0 error codes (RFC 6749 5.2) Entra answers with, reported by name.
+OAUTH_ERRORS = frozenset(
+    {
+        "invalid_request",
+        "invalid_client",
+        "invalid_grant",
+        "unauthorized_client",
+        "unsupported_grant_type",
+        "invalid_scope",
+        "access_denied",
+        "interaction_required",
+        "temporarily_unavailable",
+    }
+)
+_AADSTS = re.compile(r"\bAADSTS\d{4,6}\b")
+_OAUTH = re.compile(r"\b[a-z]+(?:_[a-z]+)+\b")
+
+
+def entra_codes(exc: Exception) -> str:
+    """Entra's error codes in a refusal (`invalid_client, AADSTS7000215`: each documented by
+    Microsoft), never its description, which goes to a DEBUG line, redacted."""
+    text = str(getattr(exc, "message", "") or exc)
+    log.debug("Microsoft Entra refused a login (not relayed): %s", redacted(text))
+    oauth = [c for c in dict.fromkeys(_OAUTH.findall(text)) if c in OAUTH_ERRORS]
+    codes = oauth[:2] + list(dict.fromkeys(_AADSTS.findall(text)))[:3]
+    return ", ".join(codes) or "no error code given"
+
+
 class CheckedCredential:
     """The SDK credential behind a shared token cache, with our errors.
 
@@ -228,7 +266,7 @@ class CheckedCredential:
         }[s.auth]
         return (
             f"Microsoft Entra refused the login of {self._subject} to tenant {s.tenant_id} for "
-            f"Key Vault {s.vault_name} with {how}: {scrub(getattr(exc, 'message', exc))}"
+            f"Key Vault {s.vault_name} with {how} ({entra_codes(exc)})"
         )
 
     async def close(self) -> None:

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import email.utils
+import logging
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import asynccontextmanager
@@ -20,6 +21,7 @@ from typing import Any, TypeVar
 from backends.azure import certs
 from backends.azure.auth import AssertionSource, CheckedCredential, EntraUnavailable
 from backends.azure.objects import AzureRef
+from provider.core.backend import BackendEnv
 from provider.core.errors import (
     BridgeError,
     DeadlineExceeded,
@@ -27,12 +29,12 @@ from provider.core.errors import (
     NotFound,
     PermissionDenied,
     StoreUnavailable,
+    redacted,
     scrub,
 )
-from provider.core.metrics import Metrics
 from provider.core.model import FetchContext, Identity, SecretValue
-from provider.core.retrying import retry_reason, retry_transient
 
+log = logging.getLogger("secrets_bridge.azure")
 T = TypeVar("T")
 PFX = "application/x-pkcs12"
 PEM = "application/x-pem-file"
@@ -66,9 +68,9 @@ class VaultReader:
     """Reads refs for one Mount: retries, deadline, metrics and error translation around each."""
 
     def __init__(
-        self, session: VaultSession, identity: Identity, ctx: FetchContext, metrics: Metrics
+        self, session: VaultSession, identity: Identity, ctx: FetchContext, env: BackendEnv[Any]
     ) -> None:
-        self._s, self._identity, self._ctx, self._metrics = session, identity, ctx, metrics
+        self._s, self._identity, self._ctx, self._env = session, identity, ctx, env
 
     async def read(self, ref: AzureRef) -> list[SecretValue]:
         if not ref.history:
@@ -119,14 +121,11 @@ class VaultReader:
 
     async def _call(self, ref: AzureRef, operation: str, call: Callable[[], Awaitable[T]]) -> T:
         async def attempt() -> T:
-            with self._metrics.backend_call("azure", f"{ref.object_type}.{operation}"):
+            with self._env.metrics.backend_call("azure", f"{ref.object_type}.{operation}"):
                 async with self._translated(ref):
                     return await call()
 
-        return await retry_transient(attempt, self._ctx, on_retry=self._count_retry)
-
-    def _count_retry(self, exc: BaseException) -> None:
-        self._metrics.retries.labels("azure", retry_reason(exc)).inc()
+        return await self._env.retry(attempt, self._ctx)
 
     def _where(self, ref: AzureRef) -> str:
         version = f" (version {ref.version})" if ref.version else ""
@@ -175,21 +174,84 @@ class VaultReader:
     def _http_error(self, ref: AzureRef, exc: Any) -> BridgeError:
         status = exc.status_code or 0
         where, who = self._where(ref), self._identity.subject
-        text = scrub(getattr(exc, "message", "") or exc.reason or "")
+        text = f"{status} {error_codes(exc)}".strip()
         if status == 404:
             return NotFound(f"{where} does not exist ({text}); check objectName and objectType")
         if status in (401, 403):
             return PermissionDenied(
-                f"{where}: {who} may not read it ({status}: {text}); grant the pod's identity "
+                f"{where}: {who} may not read it ({text}); grant the pod's identity "
                 f"the {_ROLE[ref.object_type]} role on the vault, or the matching access policy"
                 + ("; version history also needs list permission" if ref.history else "")
             )
+        if 300 <= status < 400:
+            error = StoreUnavailable(
+                f"{where}: {self._s.vault_url} answered {status}, a redirect, which "
+                "secrets-bridge does not follow (it would take the read elsewhere); check "
+                "cloudName and the vault name"
+            )
+            error.transient = False
+            return error
         if status == 429 or status >= 500:
             retry_after = _retry_after(exc.response) if status == 429 else None
             return StoreUnavailable(
                 f"{where}: Key Vault answered {status}", retry_after=retry_after
             )
-        return InvalidParameters(f"{where}: Key Vault refused the request ({status}: {text})")
+        return InvalidParameters(f"{where}: Key Vault refused the request ({text})")
+
+
+def error_codes(exc: Any) -> str:
+    """`Forbidden/AccessDenied`: Key Vault's known error codes in an error answer, never its
+    message (free text that may echo the request); that goes to a DEBUG line, redacted."""
+    status = getattr(exc, "status_code", None) or 0
+    codes: list[str] = []
+    error = getattr(exc, "error", None)
+    while error is not None and len(codes) < 4:
+        code = getattr(error, "code", None)
+        if isinstance(code, str) and code in KNOWN_CODES:
+            codes.append(code)
+        error = getattr(error, "innererror", None) or getattr(error, "inner_error", None)
+        if isinstance(error, dict):
+            error = _Inner(error.get("code"), error.get("innererror"))
+    log.debug(
+        "Key Vault answered %s (not relayed): %s", status, redacted(getattr(exc, "message", ""))
+    )
+    return "/".join(codes)
+
+
+@dataclass(frozen=True)
+class _Inner:
+    code: object
+    innererror: object
+
+
+#: Key Vault's documented error codes (and inner codes) reported by name.
+KNOWN_CODES = frozenset(
+    {
+        "BadParameter",
+        "Unauthorized",
+        "Forbidden",
+        "AccessDenied",
+        "ForbiddenByPolicy",
+        "ForbiddenByRbac",
+        "ForbiddenByFirewall",
+        "ForbiddenByConnection",
+        "SecretNotFound",
+        "KeyNotFound",
+        "CertificateNotFound",
+        "VaultNotFound",
+        "ObjectIsBeingDeleted",
+        "ObjectIsDeletedButRecoverable",
+        "SecretDisabled",
+        "KeyDisabled",
+        "CertificateDisabled",
+        "Throttled",
+        "ServiceUnavailable",
+        "InternalServerError",
+        "NotSupported",
+        "Conflict",
+        "InvalidRequest",
+    }
+)
 
 
 def _secret_content(ref: AzureRef, secret: Any) -> bytes:

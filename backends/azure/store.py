@@ -8,16 +8,18 @@ expires, so a rollout of many pods with one service account logs in once.
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Hashable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 from backends.azure import auth
 from backends.azure.client import VaultReader, VaultSession
 from backends.azure.dialect import AzureStore
 from backends.azure.objects import AzureRef
+from backends.azure.options import Options
 from backends.azure.transport import SharedSession
+from provider.core.backend import BackendEnv
 from provider.core.errors import BridgeError
-from provider.core.model import BackendEnv, FetchContext, Fetched, Identity, Pod, StorePlan
+from provider.core.model import FetchContext, Fetched, Identity, Pod, StorePlan
 
 #: How long a session is reused before it is rebuilt (its credential refreshes tokens itself).
 SESSION_TTL = 3000.0
@@ -25,33 +27,34 @@ SESSION_TTL = 3000.0
 #: (4,000 GETs per 10 s per vault) without serialising one pod's objects.
 MAX_CONCURRENT_READS = 32
 
+Plan = StorePlan[AzureStore, AzureRef]
+
 
 class AzureBackend:
     name = "azure"
 
-    def __init__(self, env: BackendEnv) -> None:
+    def __init__(self, env: BackendEnv[Options]) -> None:
         self._env = env
         self._http = SharedSession(env.options)
         self._reads = asyncio.Semaphore(MAX_CONCURRENT_READS)
 
-    async def identify(self, plan: StorePlan, pod: Pod) -> Identity:
-        assert isinstance(plan.store, AzureStore)
+    async def identify(self, plan: Plan, pod: Pod) -> Identity:
         return await auth.identify(self._env, plan.store, pod)
 
     async def fetch(
-        self, plan: StorePlan, identity: Identity, refs: Sequence[Hashable], ctx: FetchContext
-    ) -> Mapping[Hashable, Fetched]:
-        store, login = plan.store, identity.credential
-        assert isinstance(store, AzureStore) and isinstance(login, auth.Login)
+        self, plan: Plan, identity: Identity, refs: Sequence[AzureRef], ctx: FetchContext
+    ) -> Mapping[AzureRef, Fetched]:
+        store = plan.store
+        login: auth.Login = identity.credential  # what auth.identify put there
         session = await self._env.credentials.get_or_load(
             identity.key, lambda: self._open(store, login, identity)
         )
         session.assertion.token = login.assertion
-        reader = VaultReader(session, identity, ctx, self._env.metrics)
+        reader = VaultReader(session, identity, ctx, self._env)
         outcomes = await asyncio.gather(
             *(self._read(reader, ref) for ref in refs), return_exceptions=True
         )
-        results: dict[Hashable, Fetched] = {}
+        results: dict[AzureRef, Fetched] = {}
         for ref, outcome in zip(refs, outcomes, strict=True):
             if isinstance(outcome, auth.LoginRefused):
                 # A refused login fails the whole Mount; the next one builds a fresh session.
@@ -62,8 +65,7 @@ class AzureBackend:
             results[ref] = outcome
         return results
 
-    async def _read(self, reader: VaultReader, ref: Hashable) -> Fetched:
-        assert isinstance(ref, AzureRef)
+    async def _read(self, reader: VaultReader, ref: AzureRef) -> Fetched:
         async with self._reads:
             return await reader.read(ref)
 
@@ -85,7 +87,11 @@ class AzureBackend:
         for cls in (SecretClient, KeyClient, CertificateClient):
             # retry_total=0: retry_transient is the only retry loop (see client.py).
             transport = await self._http.transport()
-            clients.append(cls(url, credential, transport=transport, retry_total=0))
+            # permit_redirects=False: a redirect would take the read (and the answer we write
+            # into the pod) to another host; the SDK would follow up to 30 by default.
+            clients.append(
+                cls(url, credential, transport=transport, retry_total=0, permit_redirects=False)
+            )
         secrets, keys, certificates = clients
         session = VaultSession(
             store.vault_name, url, credential, secrets, keys, certificates, source
@@ -96,5 +102,5 @@ class AzureBackend:
         await self._http.close()
 
 
-def create(env: BackendEnv) -> AzureBackend:
+def create(env: BackendEnv[Options]) -> AzureBackend:
     return AzureBackend(env)

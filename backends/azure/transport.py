@@ -5,6 +5,10 @@ SDK's transports are built with `session_owner=False`), so evicting an identity 
 leaks no connections and a thousand identities do not open a thousand pools. `--azure-ca-file`
 and `--azure-connect-to` shape the session: a private CA, and a fixed address for every host
 (TLS still checks the real host name, so tests exercise the real challenge and SNI rules).
+
+Every body the SDK reads through this session stops at a byte cap (`capped_response`), and host
+names are resolved on the backend's own bounded threads (backends/wire.py), never on the loop's
+default executor.
 """
 
 from __future__ import annotations
@@ -18,14 +22,19 @@ import aiohttp
 from aiohttp.abc import AbstractResolver, ResolveResult
 
 from backends.azure.options import Options
+from backends.wire import Resolver, capped_response
+
+#: Cap of one answer of Entra or Key Vault (a certificate with its chain is a few KiB; a page of
+#: a version listing, tens).
+MAX_BODY = 4 * 1024 * 1024
 
 
 class _ConnectTo(AbstractResolver):
     """Resolves every host name to one HOST:PORT (like curl's --connect-to)."""
 
-    def __init__(self, host: str, port: int) -> None:
+    def __init__(self, host: str, port: int, inner: AbstractResolver) -> None:
         self._host, self._port = host, port
-        self._inner = aiohttp.ThreadedResolver()
+        self._inner = inner
 
     async def resolve(
         self, host: str, port: int = 0, family: socket.AddressFamily = socket.AF_INET
@@ -34,11 +43,11 @@ class _ConnectTo(AbstractResolver):
         return [{**r, "hostname": host} for r in found]  # type: ignore[typeddict-item]
 
     async def close(self) -> None:
-        await self._inner.close()
+        pass  # the inner resolver is the SharedSession's
 
 
 class SharedSession:
-    def __init__(self, options: Options | None) -> None:
+    def __init__(self, options: Options | None, max_body: int = MAX_BODY) -> None:
         """Checks the options when the backend is built, naming the flag (ValueError)."""
         options = options or Options()
         try:
@@ -53,6 +62,8 @@ class SharedSession:
             self._connect_to = (host.strip("[]"), int(port))
         self._session: aiohttp.ClientSession | None = None
         self._lock = asyncio.Lock()
+        self._resolver: Resolver | None = None
+        self._response_class = capped_response(max_body)
 
     async def transport(self) -> Any:
         """A fresh SDK transport over the shared session (cheap; closing it keeps the session)."""
@@ -64,7 +75,11 @@ class SharedSession:
         return AioHttpTransport(session=self._session, session_owner=False)
 
     def _build(self) -> aiohttp.ClientSession:
-        resolver = _ConnectTo(*self._connect_to) if self._connect_to else None
+        if self._resolver is None:
+            self._resolver = Resolver()
+        resolver: AbstractResolver = self._resolver
+        if self._connect_to:
+            resolver = _ConnectTo(*self._connect_to, self._resolver)
         connector = aiohttp.TCPConnector(ssl=self._ssl, resolver=resolver, limit=100)
         # As azure-core's own sessions: the SDK decompresses and keeps no cookies itself.
         return aiohttp.ClientSession(
@@ -72,9 +87,13 @@ class SharedSession:
             trust_env=True,
             cookie_jar=aiohttp.DummyCookieJar(),
             auto_decompress=False,
+            response_class=self._response_class,
         )
 
     async def close(self) -> None:
         if self._session is not None:
             await self._session.close()
             self._session = None
+        if self._resolver is not None:
+            await self._resolver.close()
+            self._resolver = None

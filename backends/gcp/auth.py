@@ -5,7 +5,13 @@ kubelet for the workload identity pool, is exchanged at STS (RFC 8693 token exch
 federated access token; when the ServiceAccount carries `iam.gke.io/gcp-service-account`, that
 token then impersonates the Google service account through IAM generateAccessToken.
 provider-adc uses the provider's own Application Default Credentials (node identity, allowed
-per namespace), and a nodePublishSecretRef `key.json` a service account key.
+per namespace), and a nodePublishSecretRef `key.json` a service account key (keyfile.py: its
+token_uri must be Google's or a configured one, and its grant is posted like every token call).
+
+google-auth is blocking (provider-adc), and loading a key costs CPU: both run on the
+backend's own small thread pool (`AUTH_THREADS`), each call bounded by the Mount's deadline
+and each HTTP request by `ADC_HTTP_TIMEOUT`, so a slow metadata server never holds a thread that
+another backend's name resolution (or anything else on the default executor) needs.
 
 `identify` only gathers the login material (refusing a pod without a token before any cache is
 consulted); `access_token` turns it into a token, cached per identity key until shortly before
@@ -19,20 +25,35 @@ import datetime
 import json
 import re
 import time
+from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
-from typing import Any
+from functools import partial
+from typing import Any, TypeVar
 
-from backends.gcp.dialect import Audience, GcpStore
+from backends.gcp.dialect import Audience, GcpRef, GcpStore
 from backends.gcp.errors import translated
-from backends.gcp.exchange import GSA_ANNOTATION, SCOPE, AccessToken, TokenEndpoints
-from provider.core.errors import InvalidParameters, MissingCredential, scrub
+from backends.gcp.exchange import (
+    CALL_TIMEOUT,
+    GSA_ANNOTATION,
+    SCOPE,
+    AccessToken,
+    TokenEndpoints,
+)
+from backends.gcp.keyfile import KEY_FILE, ServiceAccountKey, assertion, parse_key
+from backends.gcp.options import Options
+from provider.core.backend import BackendEnv
+from provider.core.errors import DeadlineExceeded, InvalidParameters, MissingCredential, scrub
 from provider.core.identity import pod_scope, pod_token, require_node_identity
-from provider.core.model import BackendEnv, FetchContext, Identity, Pod, StorePlan, credential_hash
+from provider.core.model import FetchContext, Identity, Pod, StorePlan, credential_hash
 from provider.core.model import identity_key as make_key
-from provider.core.retrying import retry_transient
 
 DELEGATES_ANNOTATION = "iam.gke.io/gcp-service-account-delegates"
-KEY_FILE = "key.json"
+T = TypeVar("T")
+#: Threads of the backend's own pool for google-auth (ADC) and key signing.
+AUTH_THREADS = 2
+#: Seconds one HTTP request of google-auth may take (its own default is 120).
+ADC_HTTP_TIMEOUT = 10.0
 _EMAIL = re.compile(r"[A-Za-z0-9._%+-]+@[A-Za-z0-9.-]+")
 #: Tokens are dropped this long before they expire, so a fetch never starts with a dying token.
 EXPIRY_MARGIN = 120.0
@@ -48,7 +69,7 @@ class PodLogin:
 
 @dataclass(frozen=True)
 class KeyLogin:
-    key_json: str = field(repr=False)
+    key: ServiceAccountKey = field(repr=False)
 
 
 @dataclass(frozen=True)
@@ -57,13 +78,15 @@ class NodeLogin:
 
 
 class Authenticator:
-    def __init__(self, env: BackendEnv, endpoints: TokenEndpoints) -> None:
+    def __init__(self, env: BackendEnv[Options], endpoints: TokenEndpoints) -> None:
         self._env = env
         self._endpoints = endpoints
+        self._executor = ThreadPoolExecutor(
+            AUTH_THREADS, thread_name_prefix="secrets-bridge-gcp-auth"
+        )
 
-    async def identify(self, plan: StorePlan, pod: Pod) -> Identity:
+    async def identify(self, plan: StorePlan[GcpStore, GcpRef], pod: Pod) -> Identity:
         store = plan.store
-        assert isinstance(store, GcpStore)
         scope = pod_scope(self._env, pod)
         key_json = pod.node_publish_secret.get(KEY_FILE)
         if key_json is not None:
@@ -72,10 +95,9 @@ class Authenticator:
                     f"auth: {store.auth} and a nodePublishSecretRef with {KEY_FILE} both choose "
                     "how to authenticate; remove one of them"
                 )
+            parsed = parse_key(key_json, self._env.options)
             cred_key = credential_hash({KEY_FILE: key_json})
-            return Identity(
-                make_key("gcp", "key", cred_key, scope), pod.subject, KeyLogin(key_json)
-            )
+            return Identity(make_key("gcp", "key", cred_key, scope), pod.subject, KeyLogin(parsed))
         if store.auth == "provider-adc":
             require_node_identity(self._env, pod, "auth: provider-adc")
             return Identity(make_key("gcp", "provider-adc", scope), pod.subject, NodeLogin())
@@ -103,21 +125,54 @@ class Authenticator:
         login = identity.credential
         if isinstance(login, PodLogin):
             return await self._workload_identity(login, identity.subject, ctx)
+        if isinstance(login, KeyLogin):
+            return await self._key_grant(login.key, identity.subject, ctx)
         with (
             self._env.metrics.backend_call("gcp", "GoogleAuthRefresh"),
             translated("authenticating with Google credentials", identity.subject),
         ):
-            return await asyncio.to_thread(_google_auth_token, login)
+            return await self._blocking(_google_auth_token, ctx)
+
+    async def _key_grant(
+        self, key: ServiceAccountKey, subject: str, ctx: FetchContext
+    ) -> AccessToken:
+        async def grant() -> AccessToken:
+            with (
+                self._env.metrics.backend_call("gcp", "GoogleAuthRefresh"),
+                translated(f"signing with key {key.email}", subject),
+            ):
+                # Loading an RSA key costs ~30 ms of CPU: a tenant's many keys must not stall
+                # the loop, so it runs on the backend's threads too.
+                signed = await self._blocking(partial(assertion, key), ctx)
+                return await self._endpoints.grant(key.token_uri, signed, key.email, subject, ctx)
+
+        return await self._env.retry(grant, ctx)
+
+    async def _blocking(self, call: Callable[[], T], ctx: FetchContext) -> T:
+        """`call()` on the backend's own threads, given up with the Mount (the thread then ends
+        with its own HTTP timeout; the pool stays bounded)."""
+        remaining = min(CALL_TIMEOUT, ctx.deadline - time.monotonic())
+        if remaining <= 0:
+            raise DeadlineExceeded("no time left to authenticate before the mount's deadline")
+        loop = asyncio.get_running_loop()
+        try:
+            async with asyncio.timeout(remaining):
+                return await loop.run_in_executor(self._executor, call)
+        except TimeoutError:
+            raise DeadlineExceeded("Google authentication did not finish in time") from None
+
+    def close(self) -> None:
+        self._executor.shutdown(wait=False, cancel_futures=True)
 
     async def _workload_identity(
         self, login: PodLogin, subject: str, ctx: FetchContext
     ) -> AccessToken:
-        # retry_transient needs an `async def` (tenacity treats a lambda as synchronous).
+        # retries need an `async def` (tenacity treats a lambda as synchronous).
         async def exchange() -> AccessToken:
             with self._env.metrics.backend_call("gcp", "StsExchange"):
                 return await self._endpoints.exchange(login.audience, login.token, subject, ctx)
 
-        federated = await retry_transient(exchange, ctx)
+        federated = await self._env.retry(exchange, ctx)
         annotations = await self._env.kube.service_account_annotations(
             login.namespace, login.service_account
         )
@@ -138,7 +193,7 @@ class Authenticator:
             with self._env.metrics.backend_call("gcp", "GenerateAccessToken"):
                 return await self._endpoints.impersonate(federated, gsa, delegates, subject, ctx)
 
-        return await retry_transient(impersonate, ctx)
+        return await self._env.retry(impersonate, ctx)
 
 
 def _delegates(raw: str | None, subject: str) -> list[str]:
@@ -156,20 +211,21 @@ def _delegates(raw: str | None, subject: str) -> list[str]:
     return value
 
 
-def _google_auth_token(login: Any) -> AccessToken:
-    """A token from google-auth credentials (blocking: runs in a worker thread)."""
+def _google_auth_token() -> AccessToken:
+    """A token from the provider's own Application Default Credentials (blocking: runs on the
+    backend's threads)."""
     import google.auth
     from google.auth.transport.requests import Request
-    from google.oauth2 import service_account
 
-    if isinstance(login, KeyLogin):
-        info = json.loads(login.key_json)
-        credentials: Any = service_account.Credentials.from_service_account_info(
-            info, scopes=[SCOPE]
-        )
-    else:
-        credentials, _project = google.auth.default(scopes=[SCOPE])
-    credentials.refresh(Request())
+    class BoundedRequest(Request):  # type: ignore[misc]
+        # google-auth calls its transport without a timeout, which then defaults to 120 s.
+        def __call__(self, *args: Any, timeout: Any = None, **kwargs: Any) -> Any:
+            bound = min(float(timeout or ADC_HTTP_TIMEOUT), ADC_HTTP_TIMEOUT)
+            return super().__call__(*args, timeout=bound, **kwargs)
+
+    credentials: Any
+    credentials, _project = google.auth.default(scopes=[SCOPE])
+    credentials.refresh(BoundedRequest())
     lifetime = 3600.0
     if credentials.expiry is not None:
         expiry = credentials.expiry.replace(tzinfo=datetime.UTC)

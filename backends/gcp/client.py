@@ -5,12 +5,17 @@ Channels carry no credentials of their own: each call carries the identity's acc
 token. Regional secrets (`projects/*/locations/<l>/...`) are served only by their location's
 endpoint, hence the channel per endpoint. The library's own retries are switched off: retries
 belong to `retry_transient`, which knows the Mount's deadline.
+
+A class chooses the location, so it chooses how many regional endpoints we open: channels are
+an LRU of `MAX_CHANNELS`; one that falls out is closed `RETIRE_AFTER` later (calls in flight
+on it finish first).
 """
 
 from __future__ import annotations
 
 import logging
 import time
+from collections import OrderedDict
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -37,6 +42,10 @@ for _name in ("google.cloud.secretmanager_v1", "google.auth", "google.oauth2"):
 CALL_TIMEOUT = 30.0
 # Secret Manager payloads are at most 64 KiB; leave room for the envelope.
 _MAX_MESSAGE = 1024 * 1024
+#: Channels kept open (the global endpoint and the regions in use on one node).
+MAX_CHANNELS = 16
+#: Seconds a retired channel stays open for calls still using it (longer than one call).
+RETIRE_AFTER = 2 * CALL_TIMEOUT
 
 
 @dataclass(frozen=True)
@@ -47,18 +56,29 @@ class Accessed:
 
 
 class SecretManager:
+    #: Largest answer accepted on a channel.
+    max_message = _MAX_MESSAGE
+
     def __init__(self, options: Any) -> None:
         self._options = options
-        self._clients: dict[str, tuple[grpc.aio.Channel, Any]] = {}
+        self._clients: OrderedDict[str, tuple[grpc.aio.Channel, Any]] = OrderedDict()
+        self._retired: list[tuple[float, grpc.aio.Channel]] = []
 
     def endpoint(self, ref: GcpRef) -> str:
         if ref.location is None:
             return str(self._options.secretmanager_endpoint)
         return str(self._options.regional_endpoint).replace("{location}", ref.location)
 
-    def _client(self, endpoint: str) -> Any:
+    @property
+    def open_channels(self) -> int:
+        return len(self._clients) + len(self._retired)
+
+    async def _client(self, endpoint: str) -> Any:
         entry = self._clients.get(endpoint)
-        if entry is None:
+        if entry is not None:
+            self._clients.move_to_end(endpoint)
+        else:
+            await self._close_retired(time.monotonic() - RETIRE_AFTER)
             if self._options.local_channel:
                 creds = grpc.local_channel_credentials(grpc.LocalConnectionType.LOCAL_TCP)
             else:
@@ -67,14 +87,30 @@ class SecretManager:
                 endpoint,
                 creds,
                 options=[
-                    ("grpc.max_receive_message_length", _MAX_MESSAGE),
+                    ("grpc.max_receive_message_length", self.max_message),
                     ("grpc.enable_retries", 0),
                 ],
             )
-            transport = SecretManagerServiceGrpcAsyncIOTransport(channel=channel)
-            entry = (channel, SecretManagerServiceAsyncClient(transport=transport))
+            entry = (channel, self._make_client(channel))
             self._clients[endpoint] = entry
+            while len(self._clients) > MAX_CHANNELS:
+                _, (old, _client) = self._clients.popitem(last=False)
+                self._retired.append((time.monotonic(), old))
         return entry[1]
+
+    def _make_client(self, channel: grpc.aio.Channel) -> Any:
+        """The service's client on `channel` (backends/gcp/parameters.py reuses the channels)."""
+        transport = SecretManagerServiceGrpcAsyncIOTransport(channel=channel)
+        return SecretManagerServiceAsyncClient(transport=transport)
+
+    async def _close_retired(self, before: float) -> None:
+        keep = []
+        for stamp, channel in self._retired:
+            if stamp <= before:
+                await channel.close()
+            else:
+                keep.append((stamp, channel))
+        self._retired = keep
 
     def _roots(self) -> bytes | None:
         """The CA bundle from --gcp-ca-file, or None for gRPC's own roots."""
@@ -93,7 +129,7 @@ class SecretManager:
         remaining = deadline - time.monotonic()
         if remaining <= 0:
             raise DeadlineExceeded(f"no time left to read {ref.name} before the mount's deadline")
-        client = self._client(self.endpoint(ref))
+        client = await self._client(self.endpoint(ref))
         with translated(ref.name, subject):
             response = await client.access_secret_version(
                 request={"name": ref.name},
@@ -104,6 +140,8 @@ class SecretManager:
         return Accessed(bytes(response.payload.data), str(response.name) or ref.name)
 
     async def close(self) -> None:
-        clients, self._clients = self._clients, {}
-        for channel, _client in clients.values():
+        channels = [channel for channel, _ in self._clients.values()]
+        channels += [channel for _, channel in self._retired]
+        self._clients, self._retired = OrderedDict(), []
+        for channel in channels:
             await channel.close()

@@ -3,14 +3,20 @@
 Three libraries can fail under the gcp backend: the Secret Manager client (google-api-core
 exceptions over gRPC status codes), aiohttp (the STS and IAM credentials calls) and google-auth
 (node credentials and service account keys). `translated()` wraps every such call; HTTP error
-answers from STS/IAM become errors in `http_error()`. Messages name the operation, the resource,
-the pod's identity and what to fix, and carry only scrubbed store text.
+answers from STS/IAM and token endpoints become errors in `http_error()`. Messages name the
+operation, the resource, the pod's identity and what to fix, with the status and Google's known
+error codes only (an OAuth `error`, a Google `status` such as PERMISSION_DENIED): an answer's
+free text may echo request input, and a key file's token endpoint may be anyone's, so it goes
+to a DEBUG line, redacted.
 """
 
 from __future__ import annotations
 
+import json
+import logging
 from collections.abc import Iterator
 from contextlib import contextmanager
+from dataclasses import dataclass
 
 import aiohttp
 import grpc
@@ -24,10 +30,32 @@ from provider.core.errors import (
     NotFound,
     PermissionDenied,
     StoreUnavailable,
+    redacted,
     scrub,
 )
 
+log = logging.getLogger("secrets_bridge.gcp")
+
 ACCESSOR_FIX = "grant roles/secretmanager.secretAccessor on the secret to the pod's Google identity"
+
+
+@dataclass(frozen=True)
+class Service:
+    """How messages name a Google service, what it serves and the fix for a denial."""
+
+    name: str
+    noun: str
+    fix: str
+
+
+SECRET_MANAGER = Service("Secret Manager", "secret version", ACCESSOR_FIX)
+PARAMETER_MANAGER = Service(
+    "Parameter Manager",
+    "parameter version",
+    "grant roles/parametermanager.parameterViewer on the parameter to the pod's Google "
+    "identity (secrets it references are read by the parameter's own service identity, which "
+    "needs roles/secretmanager.secretAccessor on them)",
+)
 
 
 class TokenRejected(PermissionDenied):
@@ -45,45 +73,96 @@ _TRANSIENT = {
 }
 
 
-def rpc_error(code: grpc.StatusCode | None, text: str, name: str, subject: str) -> BridgeError:
-    """A Secret Manager status for resource `name`, read as `subject`."""
+def rpc_error(
+    code: grpc.StatusCode | None,
+    text: str,
+    name: str,
+    subject: str,
+    service: Service = SECRET_MANAGER,
+) -> BridgeError:
+    """A Secret Manager (or Parameter Manager) status for resource `name`, read as `subject`."""
     label = code.name if code is not None else "UNKNOWN"
-    detail = f"({label}: {scrub(text)})"
+    svc, noun = service.name, service.noun
+    # The status names the failure; the details are Google's free text (DEBUG only).
+    log.debug("%s answered %s for %s (not relayed): %s", svc, label, name, redacted(text))
+    detail = f"({label})"
     if code == grpc.StatusCode.PERMISSION_DENIED:
-        return PermissionDenied(
-            f"Secret Manager denied {subject} access to {name} {detail}; {ACCESSOR_FIX}"
-        )
+        return PermissionDenied(f"{svc} denied {subject} access to {name} {detail}; {service.fix}")
     if code == grpc.StatusCode.UNAUTHENTICATED:
         return TokenRejected(
-            f"Secret Manager rejected the access token of {subject} reading {name} {detail}"
+            f"{svc} rejected the access token of {subject} reading {name} {detail}"
         )
     if code == grpc.StatusCode.NOT_FOUND:
         return NotFound(
-            f"secret version {name} was not found reading as {subject} {detail}; check the "
-            "project, secret and version in resourceName"
+            f"{noun} {name} was not found reading as {subject} {detail}; check the "
+            "project, name and version in resourceName"
         )
     if code == grpc.StatusCode.FAILED_PRECONDITION:
         return NotFound(
-            f"secret version {name} cannot be read as {subject} {detail}; it is probably "
+            f"{noun} {name} cannot be read as {subject} {detail}; it is probably "
             "disabled or destroyed: enable it or name another version"
         )
     if code == grpc.StatusCode.INVALID_ARGUMENT:
-        return InvalidParameters(f"Secret Manager refused the name {name} (as {subject}) {detail}")
+        return InvalidParameters(f"{svc} refused the name {name} (as {subject}) {detail}")
     if code in _TRANSIENT:
-        return StoreUnavailable(
-            f"Secret Manager is unavailable reading {name} as {subject} {detail}"
-        )
-    return StoreUnavailable(f"Secret Manager failed reading {name} as {subject} {detail}")
+        return StoreUnavailable(f"{svc} is unavailable reading {name} as {subject} {detail}")
+    return StoreUnavailable(f"{svc} failed reading {name} as {subject} {detail}")
 
 
 def http_error(status: int, body: str, what: str, fix: str, retry_after: str | None) -> BridgeError:
-    """An error answer of STS or IAM credentials (`what` names the call and the identity)."""
-    detail = f"(HTTP {status}: {scrub(body)})"
+    """An error answer of STS, IAM credentials or a token endpoint (`what` names the call and
+    the identity): the status and the known codes of the body, never the body."""
+    log.debug("%s answered HTTP %s (not relayed): %s", what, status, redacted(body))
+    codes = known_codes(body)
+    detail = f"(HTTP {status}: {codes})" if codes else f"(HTTP {status})"
+    if 300 <= status < 400:
+        error = StoreUnavailable(
+            f"{what} answered a redirect {detail}, which secrets-bridge does not follow: it "
+            "would carry the credential to another host"
+        )
+        error.transient = False  # the endpoint redirects again
+        return error
     if status == 429 or status >= 500:
         return StoreUnavailable(f"{what} failed {detail}", retry_after=_seconds(retry_after))
     if status in (400, 401, 403, 404):
         return PermissionDenied(f"{what} was refused {detail}; {fix}")
     return StoreUnavailable(f"{what} failed {detail}")
+
+
+#: OAuth 2.0 error codes (RFC 6749 5.2, RFC 8693) that STS and token endpoints answer with.
+OAUTH_ERRORS = frozenset(
+    {
+        "invalid_request",
+        "invalid_client",
+        "invalid_grant",
+        "unauthorized_client",
+        "unsupported_grant_type",
+        "invalid_scope",
+        "invalid_target",
+        "access_denied",
+        "temporarily_unavailable",
+        "server_error",
+    }
+)
+#: google.rpc.Code names, as Google's JSON errors carry them in `error.status`.
+GOOGLE_STATUSES = frozenset(c.name for c in grpc.StatusCode)
+
+
+def known_codes(body: str) -> str:
+    """`invalid_grant` or `PERMISSION_DENIED`: the known codes of a JSON error body."""
+    try:
+        payload = json.loads(body)
+    except ValueError:
+        return ""
+    if not isinstance(payload, dict):
+        return ""
+    error = payload.get("error")
+    found: list[str] = []
+    if isinstance(error, str) and error in OAUTH_ERRORS:
+        found.append(error)
+    if isinstance(error, dict) and error.get("status") in GOOGLE_STATUSES:
+        found.append(str(error["status"]))
+    return ", ".join(found)
 
 
 def _seconds(value: str | None) -> float | None:
@@ -94,25 +173,29 @@ def _seconds(value: str | None) -> float | None:
 
 
 @contextmanager
-def translated(what: str, subject: str) -> Iterator[None]:
+def translated(what: str, subject: str, service: Service = SECRET_MANAGER) -> Iterator[None]:
     """Let BridgeErrors through; turn every library failure into one (`what`: the call)."""
     try:
         yield
     except BridgeError:
         raise
     except api.GoogleAPICallError as exc:
-        raise rpc_error(exc.grpc_status_code, exc.message, what, subject) from exc
+        raise rpc_error(exc.grpc_status_code, exc.message, what, subject, service) from exc
     except grpc.aio.AioRpcError as exc:
-        raise rpc_error(exc.code(), exc.details() or "", what, subject) from exc
+        raise rpc_error(exc.code(), exc.details() or "", what, subject, service) from exc
     except api.GoogleAPIError as exc:
-        raise StoreUnavailable(f"Secret Manager failed reading {what} ({scrub(exc)})") from exc
+        raise StoreUnavailable(
+            f"{service.name} failed reading {what} ({type(exc).__name__})"
+        ) from exc
     except auth.DefaultCredentialsError as exc:
         raise MissingCredential(
             f"{what}: the provider has no Application Default Credentials ({scrub(exc)}); "
             "give the provider's ServiceAccount a Google identity, or use auth pod-adc"
         ) from exc
     except auth.RefreshError as exc:
-        raise PermissionDenied(f"{what} for {subject} was refused ({scrub(exc)})") from exc
+        # google-auth puts the token endpoint's answer in the exception: DEBUG only.
+        log.debug("%s: refresh refused (not relayed): %s", what, redacted(exc))
+        raise PermissionDenied(f"{what} for {subject} was refused") from exc
     except (TimeoutError, auth.TransportError, aiohttp.ClientError, OSError) as exc:
         raise StoreUnavailable(f"{what}: cannot reach Google ({type(exc).__name__})") from exc
     except (auth.GoogleAuthError, ValueError) as exc:

@@ -1,8 +1,11 @@
-"""The two HTTP token calls of workload identity: STS token exchange and IAM impersonation.
+"""The HTTP token calls: STS token exchange, IAM impersonation, a service account key's grant.
 
 STS (RFC 8693, form-encoded as google-auth sends it) trades the pod's Kubernetes token for a
 federated access token; IAM credentials generateAccessToken trades that for a Google service
-account's token. Both are plain HTTPS JSON APIs, called with aiohttp on one shared session.
+account's token; a nodePublishSecretRef key's signed assertion (keyfile.py) is traded at its
+`token_uri`. All are plain HTTPS JSON APIs, called with aiohttp on one shared session, each
+answer capped in bytes (`MAX_ANSWER`) and time (the Mount's deadline, at most `CALL_TIMEOUT`),
+never following a redirect, and reported by status and known error code only (errors.py).
 """
 
 from __future__ import annotations
@@ -19,6 +22,7 @@ import aiohttp
 
 from backends.gcp.dialect import Audience
 from backends.gcp.errors import http_error, translated
+from backends.wire import MAX_SMALL_BODY, Resolver, read_capped
 from provider.core.errors import StoreUnavailable
 from provider.core.model import FetchContext
 
@@ -26,6 +30,9 @@ SCOPE = "https://www.googleapis.com/auth/cloud-platform"
 GSA_ANNOTATION = "iam.gke.io/gcp-service-account"
 #: Upper bound of one token call; the Mount's deadline usually cuts it shorter.
 CALL_TIMEOUT = 30.0
+#: Cap of one token answer (a token response is under 4 KiB).
+MAX_ANSWER = MAX_SMALL_BODY
+JWT_BEARER = "urn:ietf:params:oauth:grant-type:jwt-bearer"
 
 
 @dataclass(frozen=True)
@@ -43,6 +50,7 @@ class TokenEndpoints:
         self._iam_url = iam_url.rstrip("/")
         self._ca_file = ca_file
         self._session: aiohttp.ClientSession | None = None
+        self._resolver: Resolver | None = None
 
     async def exchange(
         self, audience: Audience, pod_token: str, subject: str, ctx: FetchContext
@@ -84,6 +92,16 @@ class TokenEndpoints:
         body = await self._post(url, what, fix, ctx, subject, json_body=payload, headers=headers)
         return _token(body, "accessToken", what, expire_time="expireTime")
 
+    async def grant(
+        self, token_uri: str, assertion: str, email: str, subject: str, ctx: FetchContext
+    ) -> AccessToken:
+        """A service account key's JWT-bearer grant at its (already allowed) token_uri."""
+        what = f"the token request of key {email} at {token_uri} for {subject}"
+        fix = "check that the key in nodePublishSecretRef key.json is valid and not disabled"
+        form = {"grant_type": JWT_BEARER, "assertion": assertion}
+        body = await self._post(token_uri, what, fix, ctx, subject, data=form)
+        return _token(body, "access_token", what, expires_in="expires_in")
+
     async def _post(
         self,
         url: str,
@@ -101,7 +119,10 @@ class TokenEndpoints:
             if self._ca_file:
                 with translated(f"reading --gcp-ca-file {self._ca_file}", subject):
                     ssl_context = ssl.create_default_context(cafile=self._ca_file)
-            connector = aiohttp.TCPConnector(ssl=ssl_context if ssl_context else True)
+            self._resolver = Resolver()
+            connector = aiohttp.TCPConnector(
+                ssl=ssl_context if ssl_context else True, resolver=self._resolver
+            )
             self._session = aiohttp.ClientSession(connector=connector)
         seconds = max(0.1, min(CALL_TIMEOUT, ctx.deadline - time.monotonic()))
         with translated(what, subject):
@@ -113,7 +134,8 @@ class TokenEndpoints:
                 timeout=aiohttp.ClientTimeout(total=seconds),
                 allow_redirects=False,
             ) as response:
-                text = await response.text()
+                raw = await read_capped(response, MAX_ANSWER, what)
+                text = raw.decode("utf-8", errors="replace")
                 if response.status != 200:
                     retry_after = response.headers.get("Retry-After")
                     raise http_error(response.status, text, what, fix, retry_after)
@@ -129,6 +151,9 @@ class TokenEndpoints:
         if self._session is not None:
             await self._session.close()
             self._session = None
+        if self._resolver is not None:
+            await self._resolver.close()
+            self._resolver = None
 
 
 def _token(

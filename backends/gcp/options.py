@@ -14,8 +14,16 @@ DEFAULT_IAM = "https://iamcredentials.googleapis.com"
 DEFAULT_SECRETMANAGER = "secretmanager.googleapis.com:443"
 #: Regional secrets are served only by their location's endpoint.
 DEFAULT_REGIONAL = "secretmanager.{location}.rep.googleapis.com:443"
+DEFAULT_PARAMETERMANAGER = "parametermanager.googleapis.com:443"
+#: Regional parameters (`locations/<l>` other than `global`), as upstream's client_initiator.go.
+DEFAULT_PARAMETERMANAGER_REGIONAL = "parametermanager.{location}.rep.googleapis.com:443"
 #: The identity provider prefix of a GKE cluster in a workload identity audience.
 DEFAULT_GKE_PROVIDER = "https://container.googleapis.com/v1"
+#: The token_uri values of Google's own service account keys.
+GOOGLE_TOKEN_URIS = (
+    "https://oauth2.googleapis.com/token",
+    "https://accounts.google.com/o/oauth2/token",
+)
 
 
 @dataclass(frozen=True)
@@ -54,6 +62,27 @@ class Options:
             "help": "Secret Manager gRPC host:port for regional secrets; {location} is replaced"
         },
     )
+    parametermanager_endpoint: str = field(
+        default=DEFAULT_PARAMETERMANAGER,
+        metadata={"help": "Parameter Manager gRPC host:port for locations/global parameters"},
+    )
+    parametermanager_regional_endpoint: str = field(
+        default=DEFAULT_PARAMETERMANAGER_REGIONAL,
+        metadata={
+            "help": "Parameter Manager gRPC host:port for regional parameters; {location} is "
+            "replaced"
+        },
+    )
+    token_uris: str | None = field(
+        default=None,
+        metadata={
+            "help": "comma-separated token_uri values a nodePublishSecretRef key.json may name "
+            "besides Google's own (https://oauth2.googleapis.com/token, "
+            "https://accounts.google.com/o/oauth2/token) and the origins of --gcp-sts-endpoint "
+            "and --gcp-iam-endpoint; any other is refused, since the key's signed assertion "
+            "and the provider's request would go there"
+        },
+    )
     ca_file: str | None = field(
         default=None,
         metadata={"help": "PEM bundle of CAs trusted for every Google endpoint (default: system)"},
@@ -61,7 +90,7 @@ class Options:
     local_channel: bool = field(
         default=False,
         metadata={
-            "help": "TESTS ONLY: talk to Secret Manager over gRPC local (loopback, unencrypted) "
-            "channel credentials instead of TLS"
+            "help": "TESTS ONLY: talk to Secret and Parameter Manager over gRPC local "
+            "(loopback, unencrypted) channel credentials instead of TLS"
         },
     )

@@ -3,64 +3,60 @@
 A fetch logs in once (cached per identity), then reads every unique secret version in parallel,
 bounded by a semaphore so a rollout stays under Secret Manager's per-project quotas. Each value
 carries the resolved version name as its object version, so `latest` rotates when a new version
-is added and stays put otherwise. Per-object failures are returned; a refused login is raised.
+is added and stays put otherwise. Parameter Manager versions (backends/gcp/parameters.py) go
+through the same login, limits and retries; their version is an HMAC of the rendered content.
+Per-object failures are returned; a refused login is raised.
 """
 
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Hashable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 
 from backends.gcp.auth import Authenticator
 from backends.gcp.client import SecretManager
-from backends.gcp.dialect import GcpRef
+from backends.gcp.dialect import GcpRef, GcpStore
 from backends.gcp.errors import TokenRejected
 from backends.gcp.exchange import AccessToken, TokenEndpoints
+from backends.gcp.options import Options
+from backends.gcp.parameters import ParameterManager
+from provider.core.backend import BackendEnv
 from provider.core.errors import BridgeError
-from provider.core.model import (
-    BackendEnv,
-    FetchContext,
-    Fetched,
-    Identity,
-    Pod,
-    SecretValue,
-    StorePlan,
-)
-from provider.core.retrying import retry_reason, retry_transient
+from provider.core.model import FetchContext, Fetched, Identity, Pod, SecretValue, StorePlan
 
 #: Concurrent AccessSecretVersion calls per provider process (quota: 90,000/min/project).
 MAX_CONCURRENT_READS = 32
+
+Plan = StorePlan[GcpStore, GcpRef]
 
 
 class GcpBackend:
     name = "gcp"
 
-    def __init__(self, env: BackendEnv) -> None:
-        from backends.gcp.options import Options
-
+    def __init__(self, env: BackendEnv[Options]) -> None:
         self._env = env
-        options = env.options if env.options is not None else Options()
+        options = env.options
         self._endpoints = TokenEndpoints(
             options.sts_endpoint, options.iam_endpoint, options.ca_file
         )
         self._auth = Authenticator(env, self._endpoints)
         self._secrets = SecretManager(options)
+        self._parameters = ParameterManager(options)
         self._limit = asyncio.Semaphore(MAX_CONCURRENT_READS)
 
-    async def identify(self, plan: StorePlan, pod: Pod) -> Identity:
+    async def identify(self, plan: Plan, pod: Pod) -> Identity:
         return await self._auth.identify(plan, pod)
 
     async def fetch(
-        self, plan: StorePlan, identity: Identity, refs: Sequence[Hashable], ctx: FetchContext
-    ) -> Mapping[Hashable, Fetched]:
+        self, plan: Plan, identity: Identity, refs: Sequence[GcpRef], ctx: FetchContext
+    ) -> Mapping[GcpRef, Fetched]:
         token = await self._auth.access_token(identity, ctx)
         results = await asyncio.gather(*(self._read(r, token, identity, ctx) for r in refs))
         return dict(zip(refs, results, strict=True))
 
     async def _read(
-        self, ref: Hashable, token: AccessToken, identity: Identity, ctx: FetchContext
+        self, ref: GcpRef, token: AccessToken, identity: Identity, ctx: FetchContext
     ) -> Fetched:
-        assert isinstance(ref, GcpRef)
         try:
             try:
                 return await self._access(ref, token, identity, ctx)
@@ -78,21 +74,28 @@ class GcpBackend:
     ) -> Sequence[SecretValue]:
         async def call() -> Sequence[SecretValue]:
             async with self._limit:
+                if ref.kind == "parameter":
+                    with self._env.metrics.backend_call("gcp", "RenderParameterVersion"):
+                        got = await self._parameters.render(
+                            ref, token.token, identity.subject, ctx.deadline
+                        )
+                    # A rendered payload changes when a secret it references rotates while the
+                    # parameter version stays: the version is then an HMAC of the content.
+                    return [SecretValue(content=got.data)]
                 with self._env.metrics.backend_call("gcp", "AccessSecretVersion"):
                     got = await self._secrets.access(
                         ref, token.token, identity.subject, ctx.deadline
                     )
             return [SecretValue(content=got.data, version=got.name)]
 
-        def count(exc: BaseException) -> None:
-            self._env.metrics.retries.labels("gcp", retry_reason(exc)).inc()
-
-        return await retry_transient(call, ctx, on_retry=count)
+        return await self._env.retry(call, ctx)
 
     async def close(self) -> None:
         await self._secrets.close()
+        await self._parameters.close()
         await self._endpoints.close()
+        self._auth.close()
 
 
-def create(env: BackendEnv) -> GcpBackend:
+def create(env: BackendEnv[Options]) -> GcpBackend:
     return GcpBackend(env)

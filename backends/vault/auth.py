@@ -15,9 +15,10 @@ from dataclasses import dataclass, field
 
 from backends.vault.client import Reply, VaultHTTP, status_error
 from backends.vault.dialect import VaultStore
+from backends.vault.options import Options
+from provider.core.backend import BackendEnv
 from provider.core.errors import BridgeError, PermissionDenied, StoreUnavailable
-from provider.core.model import BackendEnv, FetchContext, Identity
-from provider.core.retrying import retry_reason, retry_transient
+from provider.core.model import FetchContext, Identity
 
 #: How long a token without a lease (no expiry) is kept: policy changes show within this time.
 NO_LEASE_TTL = 300.0
@@ -26,13 +27,12 @@ NO_LEASE_TTL = 300.0
 @dataclass(frozen=True)
 class VaultToken:
     token: str = field(repr=False)
-    lease_seconds: float = 0.0
     #: time.monotonic() of the login; a 403 on a token this fresh is a real denial.
     obtained: float = 0.0
 
 
 class Authenticator:
-    def __init__(self, env: BackendEnv, http: VaultHTTP, margin: float) -> None:
+    def __init__(self, env: BackendEnv[Options], http: VaultHTTP, margin: float) -> None:
         self._env = env
         self._http = http
         self._margin = min(max(margin, 0.0), 0.9)
@@ -43,7 +43,7 @@ class Authenticator:
 
         async def load() -> tuple[VaultToken, float]:
             # A coroutine function, not a lambda: tenacity awaits only coroutine functions.
-            return await retry_transient(login, ctx, on_retry=self._count_retry)
+            return await self._env.retry(login, ctx)
 
         token: VaultToken = await self._env.credentials.get_or_load(identity.key, load)
         return token
@@ -84,10 +84,7 @@ class Authenticator:
         lease = auth.get("lease_duration")
         lease = float(lease) if isinstance(lease, int | float) and lease > 0 else 0.0
         ttl = lease * (1 - self._margin) if lease > 0 else NO_LEASE_TTL
-        return VaultToken(client_token, lease, time.monotonic()), ttl
-
-    def _count_retry(self, exc: BaseException) -> None:
-        self._env.metrics.retries.labels("vault", retry_reason(exc)).inc()
+        return VaultToken(client_token, time.monotonic()), ttl
 
 
 def login_doing(store: VaultStore, identity: Identity) -> str:
@@ -110,7 +107,7 @@ def login_error(reply: Reply, store: VaultStore, identity: Identity) -> BridgeEr
         )
     why = reply.errors()
     return PermissionDenied(
-        f"{doing} was refused (HTTP {reply.status}: {why}); {_cause(why, store, identity)}"
+        f"{doing} was refused ({reply.status_text()}); {_cause(why, store, identity)}"
     )
 
 
@@ -133,7 +130,7 @@ def _cause(why: str, store: VaultStore, identity: Identity) -> str:
             f"likely cause: no auth method is mounted at auth/{store.mount} (check "
             "vaultAuthMountPath), or the Vault namespace is wrong"
         )
-    if any(s in text for s in ("signature", "verify", "token review", "tokenreview", "expired")):
+    if any(s in text for s in ("signature", "verify", "validating", "expired")):
         return (
             "likely cause: the auth method cannot verify the pod's token (check its "
             "jwt_validation_pubkeys / kubernetes_host configuration, and the token's expiry)"

@@ -1,4 +1,4 @@
-"""Vault's HTTP API over aiohttp: one session per (address, TLS settings), reused by every pod.
+"""Vault's HTTP API over aiohttp: one session per (origin, TLS settings), reused by every pod.
 
 We talk to the API directly instead of running hvac in threads: every call here is one small
 JSON request, hvac would add a thread hop per call and a thread per concurrent read, and aiohttp
@@ -7,12 +7,18 @@ is already a dependency of the provider (see the measurement in the backend's re
 This module is the one place where transport failures (aiohttp, ssl, OS errors, timeouts) become
 BridgeErrors. HTTP statuses are turned into errors by `status_error`, which callers give the
 context (what was being done, by whom) that makes the message actionable.
+
+The address comes from the class, so the server may be anyone's (backends/wire.py): bodies are
+capped, redirects are refused (one would carry the Vault token or the pod's login to another
+host), sessions are bounded and keyed by origin, not by address, and an error answer is reported
+by status and Vault's known messages only — its body goes to a DEBUG line, redacted.
 """
 
 from __future__ import annotations
 
 import asyncio
 import json
+import logging
 import ssl
 import time
 from collections.abc import Mapping
@@ -20,22 +26,62 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import aiohttp
+import yarl
 
+from backends import nodefiles
 from backends.vault.dialect import TLSConfig
+from backends.wire import MAX_SESSIONS, Resolver, SessionPool, origin, read_capped
+from provider.core.backend import attempt_cutoff
 from provider.core.errors import (
     BridgeError,
     DeadlineExceeded,
     InvalidParameters,
-    LimitExceeded,
     NotFound,
     PermissionDenied,
     StoreUnavailable,
+    known_phrases,
+    redacted,
     scrub,
 )
+
+log = logging.getLogger("secrets_bridge.vault")
 
 #: Statuses worth retrying: throttled, sealed/standby (503), other server-side failures, and
 #: 412 (a performance standby has not caught up with a write yet).
 _TRANSIENT = frozenset({412, 429, 500, 502, 503, 504})
+#: Redirects followed within the store's origin (never to another one).
+_MAX_REDIRECTS = 3
+
+#: Vault's and OpenBao's known error messages (a lower-case needle, and the phrase we report).
+#: Only these phrases ever reach an error: the rest of a body is the server's free text, which
+#: may echo request input or values (and the server may be anyone's).
+KNOWN_ERRORS = (
+    ("permission denied", "permission denied"),
+    ("missing client token", "missing client token"),
+    ("invalid role name", "invalid role name"),
+    ("could not be found", "role could not be found"),
+    ("role not found", "role could not be found"),
+    ("audience", "invalid audience (aud) claim"),
+    ("bound claim", "claim does not match any associated bound claim values"),
+    ("invalid subject", "invalid subject (sub) claim"),
+    ("invalid issuer", "invalid issuer (iss) claim"),
+    ("service account name not authorized", "service account name not authorized"),
+    ("namespace not authorized", "namespace not authorized"),
+    ("service account unauthorized", "service account unauthorized"),
+    ("expired", "token is expired"),
+    ("signature", "failed to verify the token's signature"),
+    ("error validating token", "error validating token"),
+    ("invalid path for a versioned k/v", "Invalid path for a versioned K/V secrets engine"),
+    ("no handler for route", "no handler for route"),
+    ("unsupported path", "unsupported path"),
+    ("missing role", "missing role"),
+    ("missing jwt", "missing jwt"),
+    ("vault is sealed", "Vault is sealed"),
+    ("active cluster node not found", "active cluster node not found"),
+    ("rate limit quota exceeded", "rate limit quota exceeded"),
+    ("upgrade in progress", "upgrade in progress"),
+    ("internal error", "internal error"),
+)
 
 
 @dataclass(frozen=True)
@@ -52,42 +98,56 @@ class Reply:
         return value if isinstance(value, dict) else {}
 
     def errors(self) -> str:
-        """Vault's own error texts (scrubbed), or its warnings when it gave no errors."""
+        """Vault's known error messages in its errors (or warnings), as our own phrases; the
+        body itself is logged at DEBUG, redacted, and never relayed."""
         payload = self.json()
         texts = payload.get("errors") or payload.get("warnings") or []
         if not isinstance(texts, list):
             texts = [texts]
-        return scrub("; ".join(str(t) for t in texts)) or f"HTTP {self.status}"
+        text = "; ".join(str(t) for t in texts)
+        known = known_phrases(text, KNOWN_ERRORS)
+        if self.body and not 200 <= self.status < 300:
+            log.debug(
+                "Vault answered HTTP %s (%d bytes; not relayed): %s",
+                self.status,
+                len(self.body),
+                redacted(text or self.body.decode(errors="replace")),
+            )
+        return "; ".join(known)
+
+    def status_text(self) -> str:
+        """`HTTP 403: permission denied`, or `HTTP 418` when Vault said nothing we know."""
+        known = self.errors()
+        return f"HTTP {self.status}: {known}" if known else f"HTTP {self.status}"
 
 
 class VaultHTTP:
     """Shared HTTP sessions; `request` returns a Reply for any HTTP status."""
 
     def __init__(
-        self, *, max_connections: int, max_body_bytes: int, request_timeout: float = 30.0
+        self, *, max_connections: int, max_body_bytes: int, request_timeout: float = 0.0
     ) -> None:
         self._max_connections = max_connections
         self._max_body = max_body_bytes
         self._request_timeout = request_timeout
-        self._sessions: dict[tuple[str, TLSConfig], aiohttp.ClientSession] = {}
-        self._lock = asyncio.Lock()
+        # Keyed by origin: 3,000 path suffixes of one server are one session, and 3,000
+        # servers are at most MAX_SESSIONS open ones.
+        self._sessions: SessionPool[tuple[tuple[str, str, int], TLSConfig]] = SessionPool(
+            self._new_session, MAX_SESSIONS
+        )
+        self._resolver = Resolver()
 
-    async def _session(self, address: str, tls: TLSConfig) -> aiohttp.ClientSession:
-        key = (address, tls)
-        session = self._sessions.get(key)
-        if session is None:
-            async with self._lock:
-                session = self._sessions.get(key)
-                if session is None:
-                    ssl_ctx = (
-                        await asyncio.to_thread(_ssl_context, tls) if _wants_tls(address) else None
-                    )
-                    connector = aiohttp.TCPConnector(
-                        limit=self._max_connections, ssl=ssl_ctx if ssl_ctx else True
-                    )
-                    session = aiohttp.ClientSession(connector=connector)
-                    self._sessions[key] = session
-        return session
+    async def _new_session(
+        self, key: tuple[tuple[str, str, int], TLSConfig]
+    ) -> aiohttp.ClientSession:
+        (scheme, _host, _port), tls = key
+        ssl_ctx = await asyncio.to_thread(_ssl_context, tls) if scheme == "https" else None
+        connector = aiohttp.TCPConnector(
+            limit=self._max_connections,
+            ssl=ssl_ctx if ssl_ctx else True,
+            resolver=self._resolver,
+        )
+        return aiohttp.ClientSession(connector=connector)
 
     async def request(
         self,
@@ -108,6 +168,11 @@ class VaultHTTP:
         remaining = deadline - time.monotonic()
         if remaining <= 0:
             raise DeadlineExceeded(f"{doing}: no time left before the deadline")
+        # Cut where the core cuts this attempt (--store-call-timeout), or sooner with
+        # --vault-request-timeout: the same outcome, but this message names the address.
+        limit = min(remaining, attempt_cutoff() - time.monotonic())
+        if self._request_timeout > 0:
+            limit = min(limit, self._request_timeout)
         headers = {"X-Vault-Request": "true"}
         if token:
             headers["X-Vault-Token"] = token
@@ -117,67 +182,92 @@ class VaultHTTP:
             headers["Content-Type"] = "application/json"
         url = f"{address}/v1/{path}"
         try:
-            session = await self._session(address, tls)
-            async with session.request(
-                method,
-                url,
-                params=list(query),
-                data=body.encode() if body else None,
-                headers=headers,
-                # One hung request must not eat the whole Mount: past request_timeout it is
-                # a transient failure, retried while the retry budget lasts.
-                timeout=aiohttp.ClientTimeout(total=min(remaining, self._request_timeout)),
-                server_hostname=tls.server_name or None,
-                # Vault standbys without request forwarding redirect to the active node; the
-                # Go client (and so vault-csi-provider) follows, keeping method and body.
-                max_redirects=3,
-            ) as resp:
-                data = await self._read_body(resp, doing)
-                return Reply(resp.status, data, dict(resp.headers))
+            async with self._sessions.lease((origin(address), tls)) as session:
+                for hop in range(_MAX_REDIRECTS + 1):
+                    async with session.request(
+                        method,
+                        url,
+                        params=list(query) if hop == 0 else None,
+                        data=body.encode() if body else None,
+                        headers=headers,
+                        # One hung request must not eat the whole Mount: past request_timeout it
+                        # is a transient failure, retried while the retry budget lasts.
+                        timeout=aiohttp.ClientTimeout(total=max(limit, 0.001)),
+                        server_hostname=tls.server_name or None,
+                        # Vault standbys without request forwarding redirect to the active node
+                        # and the Go client follows; we follow only within the origin: elsewhere
+                        # the redirect would carry X-Vault-Token (or the pod's JWT in a login
+                        # body) to whichever host the answer names.
+                        allow_redirects=False,
+                    ) as resp:
+                        target = _same_origin_redirect(resp, doing, address)
+                        if target is None:
+                            what = f"{doing}: Vault at {address}"
+                            data = await read_capped(resp, self._max_body, what)
+                            return Reply(resp.status, data, dict(resp.headers))
+                    url = str(target)
+                raise _redirect_error(doing, address, resp.status, "too many redirects")
         except BridgeError:
             raise
         except TimeoutError:
-            if time.monotonic() >= deadline:
-                raise DeadlineExceeded(
-                    f"{doing}: Vault at {address} did not answer before the deadline"
-                ) from None
-            raise StoreUnavailable(f"{doing}: Vault at {address} timed out") from None
+            # A hang is an outage like a refused connection, even when it ran into the
+            # deadline: transient, so serve-stale applies and the driver may try again.
+            raise StoreUnavailable(
+                f"{doing}: Vault at {address} did not answer within {limit:.1f}s"
+            ) from None
         except (aiohttp.ClientError, OSError, ValueError) as exc:
             raise _transport_error(doing, address, exc) from None
 
-    async def _read_body(self, resp: aiohttp.ClientResponse, doing: str) -> bytes:
-        chunks: list[bytes] = []
-        size = 0
-        async for chunk in resp.content.iter_chunked(64 * 1024):
-            size += len(chunk)
-            if size > self._max_body:
-                raise LimitExceeded(f"{doing}: Vault's answer is over {self._max_body} bytes")
-            chunks.append(chunk)
-        return b"".join(chunks)
+    @property
+    def open_sessions(self) -> int:
+        return len(self._sessions)
 
     async def close(self) -> None:
-        sessions, self._sessions = list(self._sessions.values()), {}
-        for session in sessions:
-            await session.close()
+        await self._sessions.close()
+        await self._resolver.close()
 
 
 def status_error(reply: Reply, doing: str, *, denied: str, not_found: str = "") -> BridgeError:
     """The error for a non-2xx reply. `denied`/`not_found` say what to check; `doing` is what
     was attempted, naming path, identity and auth settings."""
-    status, why = reply.status, reply.errors()
+    status, why = reply.status, reply.status_text()
     if status == 403:
-        return PermissionDenied(f"{doing}: Vault denied it (HTTP 403: {why}); {denied}")
+        return PermissionDenied(f"{doing}: Vault denied it ({why}); {denied}")
     if status == 404:
         hint = f"; {not_found}" if not_found else ""
-        return NotFound(f"{doing}: not found in Vault (HTTP 404: {why}){hint}")
+        return NotFound(f"{doing}: not found in Vault ({why}){hint}")
     if status in _TRANSIENT:
         what = "is sealed or in standby" if status == 503 else "failed"
-        return StoreUnavailable(
-            f"{doing}: Vault {what} (HTTP {status}: {why})", retry_after=_retry_after(reply)
-        )
+        return StoreUnavailable(f"{doing}: Vault {what} ({why})", retry_after=_retry_after(reply))
     if status == 400:
-        return InvalidParameters(f"{doing}: Vault refused the request (HTTP 400: {why})")
-    return StoreUnavailable(f"{doing}: unexpected answer from Vault (HTTP {status}: {why})")
+        return InvalidParameters(f"{doing}: Vault refused the request ({why})")
+    return StoreUnavailable(f"{doing}: unexpected answer from Vault ({why})")
+
+
+def _same_origin_redirect(
+    resp: aiohttp.ClientResponse, doing: str, address: str
+) -> yarl.URL | None:
+    """Where a redirect within the store's origin goes; None for any other answer."""
+    if resp.status not in (301, 302, 303, 307, 308):
+        return None
+    location = resp.headers.get("Location", "")
+    target = resp.url.join(yarl.URL(location)) if location else None
+    if resp.status == 303:  # turns the call into a GET: not a move of the same request
+        raise _redirect_error(doing, address, resp.status, "to another method")
+    if target is None or origin(str(target)) != origin(str(resp.url)):
+        raise _redirect_error(doing, address, resp.status, "to another host")
+    return target
+
+
+def _redirect_error(doing: str, address: str, status: int, why: str) -> StoreUnavailable:
+    error = StoreUnavailable(
+        f"{doing}: Vault at {address} answered HTTP {status}, a redirect {why}, which "
+        "secrets-bridge does not follow: it would carry the Vault token or the pod's login "
+        "elsewhere; point vaultAddress at the active node (or a load balancer), or enable "
+        "request forwarding on standbys"
+    )
+    error.transient = False  # the same address redirects again
+    return error
 
 
 def _retry_after(reply: Reply) -> float | None:
@@ -219,21 +309,43 @@ def _is_tls_failure(exc: BaseException) -> bool:
     return False
 
 
-def _wants_tls(address: str) -> bool:
-    return address.lower().startswith("https://")
+_PEM = "PEM certificates"
 
 
 def _ssl_context(tls: TLSConfig) -> ssl.SSLContext:
-    """The TLS settings of a class as an SSLContext (reads files, so it runs in a thread)."""
+    """The TLS settings of a class as an SSLContext (reads files, so it runs in a thread).
+
+    The files are node files named by the class (backends/nodefiles.py): each is used only
+    when it is a regular file under the cap, and every failure of one field, including content
+    that is not a certificate, has one message, so nothing tells what exists on the node.
+    """
+    cadata: str | None = None
+    if tls.ca_cert:
+        pem = nodefiles.read_node_file(tls.ca_cert, "vaultCACertPath", holding=_PEM)
+        cadata = pem.decode("ascii", errors="replace")
+    if tls.ca_dir:
+        nodefiles.check_node_dir(tls.ca_dir, "vaultCADirectory")
     try:
-        ctx = ssl.create_default_context(cafile=tls.ca_cert or None, capath=tls.ca_dir or None)
-        if tls.client_cert:
+        ctx = ssl.create_default_context(cadata=cadata, capath=tls.ca_dir or None)
+    except (OSError, ssl.SSLError, ValueError):
+        if not tls.ca_cert:
+            raise InvalidParameters(
+                f"vaultCADirectory {tls.ca_dir} cannot be used: not a readable directory"
+            ) from None
+        raise nodefiles.unusable("vaultCACertPath", tls.ca_cert, holding=_PEM) from None
+    if tls.client_cert:
+        try:
+            nodefiles.check_node_file(tls.client_cert, "vaultTLSClientCertPath")
+            if tls.client_key:
+                nodefiles.check_node_file(tls.client_key, "vaultTLSClientKeyPath")
             ctx.load_cert_chain(tls.client_cert, tls.client_key or None)
-    except (OSError, ssl.SSLError) as exc:
-        raise InvalidParameters(
-            f"cannot load the TLS files named in the class (vaultCACertPath, vaultCADirectory, "
-            f"vaultTLSClientCertPath/KeyPath): {scrub(exc)}"
-        ) from None
+        except (InvalidParameters, OSError, ssl.SSLError, ValueError):
+            # One message for the pair: which of the two failed, and why, would tell.
+            raise InvalidParameters(
+                f"vaultTLSClientCertPath {tls.client_cert} / vaultTLSClientKeyPath "
+                f"{tls.client_key} cannot be used: not a readable regular file under "
+                f"{nodefiles.MAX_NODE_FILE // 1024} KiB holding a certificate and its key"
+            ) from None
     if tls.skip_verify:
         ctx.check_hostname = False
         ctx.verify_mode = ssl.CERT_NONE

@@ -73,10 +73,11 @@ class Options:
         },
     )
     request_timeout: float = field(
-        default=30.0,
+        default=0.0,
         metadata={
-            "help": "seconds one Vault request may take before it is retried (within the "
-            "Mount's retry budget); dynamic secrets can take a few seconds"
+            "help": "seconds one Vault request may take before it counts as unavailable and "
+            "is retried, when shorter than --store-call-timeout (0 = that timeout); dynamic "
+            "secrets can take a few seconds"
         },
     )
     token_renew_margin: float = field(

@@ -11,17 +11,18 @@ from __future__ import annotations
 import asyncio
 import json
 import time
-from collections.abc import Hashable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 from backends.vault.auth import Authenticator, VaultToken
 from backends.vault.client import Reply, VaultHTTP, status_error
 from backends.vault.dialect import VaultStore
 from backends.vault.objects import VaultRef
+from backends.vault.options import Options
+from provider.core.backend import BackendEnv
 from provider.core.errors import BridgeError, NotFound, StoreUnavailable
 from provider.core.identity import pod_scope, pod_token
 from provider.core.model import (
-    BackendEnv,
     FetchContext,
     Fetched,
     Identity,
@@ -30,7 +31,8 @@ from provider.core.model import (
     StorePlan,
     identity_key,
 )
-from provider.core.retrying import retry_reason, retry_transient
+
+Plan = StorePlan[VaultStore, VaultRef]
 
 _KV2_HINT = "Invalid path for a versioned K/V"
 
@@ -38,19 +40,19 @@ _KV2_HINT = "Invalid path for a versioned K/V"
 class VaultBackend:
     name = "vault"
 
-    def __init__(self, env: BackendEnv) -> None:
+    def __init__(self, env: BackendEnv[Options]) -> None:
         self._env = env
         options = env.options
         self._http = VaultHTTP(
-            max_connections=getattr(options, "max_connections", 64),
+            max_connections=options.max_connections,
             # A little above the response limit: the core reports the exact overflow itself.
             max_body_bytes=env.core.max_response_bytes + 64 * 1024,
-            request_timeout=getattr(options, "request_timeout", 30.0),
+            request_timeout=options.request_timeout,
         )
-        self._auth = Authenticator(env, self._http, getattr(options, "token_renew_margin", 0.2))
+        self._auth = Authenticator(env, self._http, options.token_renew_margin)
 
-    async def identify(self, plan: StorePlan, pod: Pod) -> Identity:
-        store = _store(plan)
+    async def identify(self, plan: Plan, pod: Pod) -> Identity:
+        store = plan.store
         jwt = await pod_token(self._env, pod, store.audience)
         key = identity_key(
             "vault",
@@ -64,19 +66,19 @@ class VaultBackend:
         return Identity(key=key, subject=pod.subject, credential=jwt)
 
     async def fetch(
-        self, plan: StorePlan, identity: Identity, refs: Sequence[Hashable], ctx: FetchContext
-    ) -> Mapping[Hashable, Fetched]:
-        store = _store(plan)
+        self, plan: Plan, identity: Identity, refs: Sequence[VaultRef], ctx: FetchContext
+    ) -> Mapping[VaultRef, Fetched]:
+        store = plan.store
         started = time.monotonic()
         token = await self._auth.token(store, identity, ctx)
         names = _object_names(plan)
 
-        async def one(ref: Hashable) -> tuple[Fetched]:
+        async def one(ref: VaultRef) -> tuple[Fetched]:
             # Wrapped in a tuple: a returned per-ref error must not look like a raised one.
             return (await self._read(store, identity, token, ref, names, ctx, started),)
 
         outcomes = await asyncio.gather(*(one(ref) for ref in refs), return_exceptions=True)
-        results: dict[Hashable, Fetched] = {}
+        results: dict[VaultRef, Fetched] = {}
         for ref, outcome in zip(refs, outcomes, strict=True):
             if isinstance(outcome, BaseException):
                 # Only a refused re-login (or a bug) gets here: it fails the whole Mount, after
@@ -90,12 +92,11 @@ class VaultBackend:
         store: VaultStore,
         identity: Identity,
         token: VaultToken,
-        ref: Hashable,
-        names: Mapping[Hashable, str],
+        ref: VaultRef,
+        names: Mapping[VaultRef, str],
         ctx: FetchContext,
         started: float,
     ) -> Fetched:
-        assert isinstance(ref, VaultRef)
         doing = (
             f"reading {ref.describe()} for {names.get(ref, 'object')} as {identity.subject} "
             f"(role {store.role!r}, auth/{store.mount})"
@@ -134,12 +135,9 @@ class VaultBackend:
             return reply
 
         try:
-            return await retry_transient(call, ctx, on_retry=self._count_retry)
+            return await self._env.retry(call, ctx)
         except BridgeError as exc:
             return exc
-
-    def _count_retry(self, exc: BaseException) -> None:
-        self._env.metrics.retries.labels("vault", retry_reason(exc)).inc()
 
     async def close(self) -> None:
         await self._http.close()
@@ -177,7 +175,7 @@ def _value(reply: Reply, doing: str) -> Fetched:
         error.transient = False  # a proxy or a wrong address will not change within a Mount
         return error
     if payload.get("data") is None and not payload.get("auth"):
-        warnings = reply.errors() if payload.get("warnings") else "no data"
+        warnings = (reply.errors() if payload.get("warnings") else "") or "no data"
         return NotFound(f"{doing}: Vault returned no data ({warnings})")
     # request_id differs on every read; without it, an unchanged secret keeps its version.
     payload.pop("request_id", None)
@@ -188,8 +186,8 @@ def _value(reply: Reply, doing: str) -> Fetched:
     return [SecretValue(content=content, data=inner if isinstance(inner, dict) else data or {})]
 
 
-def _object_names(plan: StorePlan) -> dict[Hashable, str]:
-    names: dict[Hashable, list[str]] = {}
+def _object_names(plan: Plan) -> dict[VaultRef, str]:
+    names: dict[VaultRef, list[str]] = {}
     for spec in plan.objects:
         names.setdefault(spec.ref, []).append(spec.name)
     return {
@@ -198,11 +196,5 @@ def _object_names(plan: StorePlan) -> dict[Hashable, str]:
     }
 
 
-def _store(plan: StorePlan) -> VaultStore:
-    store = plan.store
-    assert isinstance(store, VaultStore)
-    return store
-
-
-def create(env: BackendEnv) -> VaultBackend:
+def create(env: BackendEnv[Options]) -> VaultBackend:
     return VaultBackend(env)

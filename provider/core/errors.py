@@ -13,7 +13,10 @@
 Anything that is not a BridgeError becomes INTERNAL with a fixed text; the traceback goes to the
 log only (see provider/server.py). Backends translate their SDK's exceptions into this tree in
 exactly one place each, so messages can name the object, store and identity without ever
-carrying secret material. `scrub` is applied to any text that came from a store.
+carrying secret material. A store's error body is never relayed: messages carry the HTTP or RPC
+status and the store's known error codes (`known_phrases`: our own fixed text for each), and the
+body goes to a DEBUG log line only after `redacted`. `scrub` masks token-like strings in any
+other text that came from outside (exception texts of transports).
 """
 
 from __future__ import annotations
@@ -107,7 +110,7 @@ class MountFailed(BridgeError):
         codes = {err.code for _, err in failures}
         self.code = min(codes, key=_PRIORITY.index) if codes else grpc.StatusCode.INTERNAL
         self.transient = all(err.transient for _, err in failures)
-        parts = [f"object {name!r}: {err}" for name, err in failures]
+        parts = [_named(name, err) for name, err in failures]
         where = f" ({context})" if context else ""
         text = (
             "; ".join(parts)
@@ -115,6 +118,13 @@ class MountFailed(BridgeError):
             else f"{len(parts)} objects failed: " + "; ".join(parts)
         )
         super().__init__(text + where)
+
+
+def _named(name: str, err: BridgeError) -> str:
+    """`object 'x': cause`, without repeating the prefix when the cause already names it."""
+    text = str(err)
+    prefix = f"object {name!r}: "
+    return text if text.startswith(prefix) else prefix + text
 
 
 # Things that look like credentials in a store's error text: JWTs, Vault/OpenBao tokens, bearer
@@ -134,3 +144,30 @@ def scrub(text: object, limit: int = MAX_STORE_TEXT) -> str:
     """Store error text made safe for a pod event: credentials masked, length bounded."""
     cleaned = _SECRETISH.sub("[redacted]", " ".join(str(text).split()))
     return cleaned if len(cleaned) <= limit else cleaned[: limit - 1] + "…"
+
+
+# Punctuation of JSON and of quoted values: split on it, so the words inside are judged alone.
+_SEPARATORS = re.compile(r"[{}\[\]\"',:;=()<>|`]+")
+#: Longest word `redacted` keeps (longer runs of letters are more likely keys than words).
+_MAX_WORD = 24
+
+
+def redacted(text: object, limit: int = MAX_STORE_TEXT) -> str:
+    """A store's free text made safe for a DEBUG log line: scrubbed, then every word that is not
+    plain ASCII letters masked. Stores echo request input and sometimes values in their error
+    bodies; no pattern recognises a password, but one is rarely letters only. What is left
+    (`permission denied`, `role could not be found`) still tells an operator what happened."""
+    words = _SEPARATORS.sub(" ", scrub(text, limit=16 * limit)).split()
+    kept = [w if w.isascii() and w.isalpha() and len(w) <= _MAX_WORD else "…" for w in words]
+    return scrub(" ".join(kept), limit)
+
+
+def known_phrases(text: str, table: Sequence[tuple[str, str]]) -> list[str]:
+    """Our own fixed phrases for the known messages found in a store's text, never its text:
+    `table` maps a lower-case needle to the phrase reported when the needle occurs."""
+    lowered = text.lower()
+    found: list[str] = []
+    for needle, phrase in table:
+        if needle in lowered and phrase not in found:
+            found.append(phrase)
+    return found

@@ -3,6 +3,13 @@
 Versions are readable by anyone in the namespace (SecretProviderClassPodStatus), so they are
 never a plain hash of the content: either the store's own version id, or an HMAC under the
 installation key (`--hmac-key-file`; without it a random per-process key, with a warning).
+
+The HMAC input starts with the scope, the pod's namespace: with one key for the installation
+and only the object name and content as input, namespace B could confirm a guess of A's value
+(a short PIN) by mounting its own secret holding the guess under A's object name and comparing
+the two versions. The namespace is the boundary (every pod of a namespace may use any of its
+service accounts and classes), so versions stay equal for every pod of a namespace, across
+restarts and nodes with the same key. Adding the scope changed every version once (upgrade).
 """
 
 from __future__ import annotations
@@ -31,11 +38,14 @@ class Versioner:
             raise ValueError(f"--hmac-key-file {path}: the key must be at least 16 bytes")
         return cls(key)
 
-    def of_content(self, object_id: str, content: bytes) -> str:
-        mac = hmac.new(self._key, object_id.encode() + b"\0" + content, hashlib.sha256)
-        return mac.hexdigest()[:32]
+    def of_content(self, object_id: str, content: bytes, *, scope: str) -> str:
+        # Neither a namespace nor a file path contains NUL, so the fields cannot run together.
+        message = scope.encode() + b"\0" + object_id.encode() + b"\0" + content
+        return hmac.new(self._key, message, hashlib.sha256).hexdigest()[:32]
 
-    def of_inputs(self, object_id: str, versions: Iterable[str], content: bytes) -> str:
+    def of_inputs(
+        self, object_id: str, versions: Iterable[str], content: bytes, *, scope: str
+    ) -> str:
         """A derived file's version: from its inputs' versions and its own content."""
         joined = "\0".join(versions).encode()
-        return self.of_content(object_id, joined + b"\0\0" + content)
+        return self.of_content(object_id, joined + b"\0\0" + content, scope=scope)

@@ -1,4 +1,4 @@
-"""The driver's MountRequest fields -> a frozen `MountInput` (SPEC §1 "What the driver sends").
+"""The driver's MountRequest fields -> a frozen `MountInput` (docs/architecture.md).
 
 `attributes` is a JSON object of strings: SPC parameters overlaid by the volume context. The
 kubelet's pod keys identify the pod truthfully; everything else may come from the pod author.

@@ -4,7 +4,12 @@ Order: parse (only when something needs structure) -> literal key (`secretKey`,
 `extractJSONKey`, `extractYAMLKey`) -> JMESPath `extract` -> `explode` into one file per key ->
 `decode` (base64/hex) of each resulting file. Strings are written as they are; anything else
 as compact JSON (as vault-csi-provider writes non-string values). Bytes stay bytes end to end.
-Errors name the object and what to fix, and never quote the secret.
+
+The class and the secret are both the tenant's, and one provider serves every namespace, so
+each step runs under a budget: `limit` bytes of output (what is left of the mount's
+--max-response-bytes), checked before anything larger is built, and a step budget for JMESPath.
+Errors name the object and the expression and never quote the secret: a library's exception
+text (jmespath, yaml, json, binascii) may carry the value, so it never reaches a message or log.
 """
 
 from __future__ import annotations
@@ -12,31 +17,84 @@ from __future__ import annotations
 import base64
 import binascii
 import json
-from typing import Any
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any, TypeVar
 
 import jmespath
-import yaml
+from jmespath import functions
+from jmespath.exceptions import JMESPathError, JMESPathTypeError
+from jmespath.visitor import Options, TreeInterpreter
 
-from provider.core.errors import BridgeError, InvalidParameters, NotFound
+from provider.core.errors import BridgeError, InvalidParameters, LimitExceeded, NotFound
 from provider.core.model import ObjectSpec, SecretValue, Transforms
-from provider.core.parsing import load_yaml_safe
+from provider.core.parsing import MAX_YAML_BYTES, load_yaml_safe, shown
+
+if TYPE_CHECKING:
+    from jmespath.visitor import _TreeNode
 
 #: (path relative to the object's name: "" for the object's own file, else a sub-path; bytes)
 Piece = tuple[str, bytes]
+_Sized = TypeVar("_Sized", str, bytes)
+
+#: AST node visits plus container elements sized, per `extract` evaluation: about 0.1 s of CPU.
+MAX_EXTRACT_STEPS = 100_000
+#: Files one `explode` may yield.
+MAX_EXPLODE_FILES = 1000
+#: Values (roughly: `,` `[` `{` and newlines) a secret may hold to be parsed for extraction;
+#: parsed JSON takes up to ~60 bytes of memory per value, so this caps it near 12 MiB.
+MAX_SECRET_VALUES = 200_000
 
 
-class _Missing(BridgeError):
-    """Internal marker: a missing key is NOT_FOUND, a wrong shape INVALID_ARGUMENT."""
+class _OverBudget(Exception):
+    """Internal: an evaluation went past its byte or step budget."""
+
+    def __init__(self, steps: bool = False) -> None:
+        super().__init__()
+        self.steps = steps
 
 
-def apply(spec: ObjectSpec, value: SecretValue) -> list[Piece]:
-    """The files one value of `spec` becomes (relative sub-paths under the object's name)."""
+def apply(
+    spec: ObjectSpec[Any],
+    value: SecretValue,
+    limit: int,
+    *,
+    work: int | None = None,
+    parsed: dict[Any, Any] | None = None,
+) -> list[Piece]:
+    """The files one value of `spec` becomes (relative sub-paths under the object's name), at
+    most `limit` bytes of content in all. `work` bounds any intermediate value of `extract`
+    (default `limit`); `parsed` keeps each value's parsed form for the other objects of the
+    mount that read the same value (AWS writes a secret and each of its jmesPath results)."""
+    try:
+        return _apply(spec, value, _Limits(limit, work or limit, {} if parsed is None else parsed))
+    except BridgeError as exc:
+        # A mount keeps every object's error; a traceback (or a chained internal exception)
+        # would keep the failed step's locals, such as an oversized result, alive with it.
+        exc.__context__ = exc.__cause__ = None
+        raise exc.with_traceback(None) from None
+    except Exception as exc:
+        # Anything a library raised on the tenant's value: its text may quote the value.
+        raise InvalidParameters(
+            f"object {spec.name!r}: transforming the secret failed ({type(exc).__name__}); "
+            "the value is not shown; check the object's extract/explode/decode settings"
+        ) from None
+
+
+@dataclass(frozen=True)
+class _Limits:
+    output: int
+    work: int
+    parsed: dict[Any, Any]
+
+
+def _apply(spec: ObjectSpec[Any], value: SecretValue, limits: _Limits) -> list[Piece]:
+    limit = limits.output
     t = spec.transforms
     if t.identity:
-        return [("", value.content)]
+        return [("", _within(spec, value.content, limit, "the secret"))]
     result: Any = value.content
     if t.extract_key is not None or t.extract is not None or t.explode:
-        result = _structured(spec, value)
+        result = _parsed(spec, value, limits.parsed)
         if t.extract_key is not None:
             if not isinstance(result, dict) or t.extract_key not in result:
                 raise NotFound(
@@ -45,31 +103,37 @@ def apply(spec: ObjectSpec, value: SecretValue) -> list[Piece]:
                 )
             result = result[t.extract_key]
         if t.extract is not None:
-            result = jmespath.search(t.extract, result)
-            if result is None:
-                raise NotFound(
-                    f"object {spec.name!r}: extract expression {t.extract!r} matched nothing in "
-                    "the secret; check the expression (quote keys with '-' or '.')"
-                )
-    if t.explode:
-        if not isinstance(result, dict):
-            raise InvalidParameters(
-                f"object {spec.name!r}: explode needs a JSON/YAML map, but the value is "
-                f"{_kind(result)}"
-            )
-        pieces = [(str(k), _to_bytes(v)) for k, v in result.items()]
-    else:
-        pieces = [("", _to_bytes(result))]
+            result = _search(spec, t.extract, result, limits)
+    pieces = _explode(spec, result, limit) if t.explode else [("", _to_bytes(spec, result, limit))]
     if t.decode is not None:
         pieces = [(sub, _decode(spec, t, data)) for sub, data in pieces]
     return pieces
 
 
-def _structured(spec: ObjectSpec, value: SecretValue) -> Any:
+def _parsed(spec: ObjectSpec[Any], value: SecretValue, parsed: dict[Any, Any]) -> Any:
+    """Parse each value once per mount: 100 objects reading one YAML value would otherwise
+    each pay for the parse. (Failures are not kept: the mount's YAML budget bounds retries.)"""
+    key = (id(value), spec.transforms.parse_as)
+    held = parsed.get(key)
+    if held is not None and held[0] is value:
+        return held[1]
+    result = _structured(spec, value)
+    parsed[key] = (value, result)
+    return result
+
+
+def _structured(spec: ObjectSpec[Any], value: SecretValue) -> Any:
     if value.data is not None:
         return value.data
+    content = value.content
+    values = sum(content.count(c) for c in (b",", b"[", b"{", b"\n"))
+    if values > MAX_SECRET_VALUES:
+        raise LimitExceeded(
+            f"object {spec.name!r}: the secret holds about {values} values, over the limit of "
+            f"{MAX_SECRET_VALUES} for extraction; extract from a smaller secret"
+        )
     try:
-        text = value.content.decode("utf-8")
+        text = content.decode("utf-8")
     except UnicodeDecodeError:
         raise InvalidParameters(
             f"object {spec.name!r}: the secret is binary, so keys cannot be extracted from it; "
@@ -79,30 +143,216 @@ def _structured(spec: ObjectSpec, value: SecretValue) -> Any:
     if parse_as in ("json", "any"):
         try:
             return json.loads(text)
-        except ValueError:
+        except (ValueError, RecursionError):
             if parse_as == "json":
                 raise InvalidParameters(
                     f"object {spec.name!r}: the secret is not valid JSON, so a key cannot be "
                     "extracted from it"
                 ) from None
+    return _yaml(spec, text)
+
+
+def _yaml(spec: ObjectSpec[Any], text: str) -> Any:
+    # PyYAML is pure Python (about 20 us a value): only small documents, under the node limit.
+    if len(text) > MAX_YAML_BYTES:
+        raise InvalidParameters(
+            f"object {spec.name!r}: the secret is not JSON and is over {MAX_YAML_BYTES} bytes, "
+            "the limit for YAML; store it as JSON to extract from it"
+        )
     try:
         return load_yaml_safe(text)
-    except yaml.YAMLError:
+    except Exception:
         raise InvalidParameters(
-            f"object {spec.name!r}: the secret is neither JSON nor YAML, so a key cannot be "
+            f"object {spec.name!r}: the secret is neither JSON nor YAML (or is YAML with "
+            "aliases, deeper than 32 levels or over 10000 values), so a key cannot be "
             "extracted from it"
         ) from None
 
 
-def _to_bytes(result: Any) -> bytes:
-    if isinstance(result, bytes):
+def _search(spec: ObjectSpec[Any], expression: str, data: Any, limits: _Limits) -> Any:
+    limit = limits.work
+    interpreter = _BoundedInterpreter(limit, MAX_EXTRACT_STEPS)
+    try:
+        result = interpreter.visit(jmespath.compile(expression).parsed, data)
+    except _OverBudget as over:
+        if over.steps:
+            raise LimitExceeded(
+                f"object {spec.name!r}: extract expression {shown(expression)} needs more "
+                f"than {MAX_EXTRACT_STEPS} evaluation steps on this secret; simplify it"
+            ) from None
+        raise _too_big(spec, f"extract expression {shown(expression)}", limit) from None
+    except (JMESPathError, RecursionError, TypeError, ValueError, ArithmeticError) as exc:
+        raise InvalidParameters(
+            f"object {spec.name!r}: extract expression {shown(expression)} failed on the "
+            f"secret ({_reason(exc)}); the value is not shown; check the expression against "
+            "the secret's shape"
+        ) from None
+    if result is None:
+        raise NotFound(
+            f"object {spec.name!r}: extract expression {shown(expression)} matched nothing in "
+            "the secret; check the expression (quote keys with '-' or '.')"
+        )
+    return result
+
+
+def _reason(exc: Exception) -> str:
+    """What went wrong, from types only (the exception's own text may quote the value)."""
+    if isinstance(exc, JMESPathTypeError):
+        expected = " or ".join(str(t) for t in exc.expected_types)
+        return f"{exc.function_name}() expected {expected}, got {exc.actual_type}"
+    if isinstance(exc, RecursionError):
+        return "nested too deeply"
+    return type(exc).__name__
+
+
+class _BoundedInterpreter(TreeInterpreter):  # type: ignore[misc]
+    """jmespath's interpreter with budgets. Every node visit costs a step; every node that
+    builds a value (function call, multi-select, projection, flatten, slice) has the JSON size
+    of its result checked before the next node can build on it. Sizes of containers are
+    remembered by identity, so `[@, @] | [@, @] | ...` is sized in O(1) per step while its
+    written size doubles. `join` and `to_string` are checked before they allocate."""
+
+    _BUILDERS = frozenset(
+        {
+            "function_expression",
+            "multi_select_list",
+            "multi_select_dict",
+            "projection",
+            "value_projection",
+            "filter_projection",
+            "flatten",
+            "slice",
+        }
+    )
+
+    def __init__(self, limit: int, steps: int) -> None:
+        super().__init__(Options(custom_functions=_BoundedFunctions(self)))
+        self.limit = limit
+        self._steps = steps
+        # id -> (the container itself, so the id stays its own; its JSON size)
+        self._sizes: dict[int, tuple[Any, int]] = {}
+
+    def visit(self, node: _TreeNode, *args: Any, **kwargs: Any) -> Any:
+        self._step()
+        result = super().visit(node, *args, **kwargs)
+        if node["type"] in self._BUILDERS:
+            self.size(result)
         return result
-    if isinstance(result, str):
-        return result.encode("utf-8")
-    return json.dumps(result, separators=(",", ":"), default=str).encode("utf-8")
+
+    def _step(self) -> None:
+        self._steps -= 1
+        if self._steps < 0:
+            raise _OverBudget(steps=True)
+
+    def size(self, value: Any) -> int:
+        """`value`'s compact JSON size (strings unquoted and unescaped, as a file holds a
+        string result), or _OverBudget past the limit."""
+        if isinstance(value, str):
+            total = len(value)
+        elif isinstance(value, list | dict):
+            total = self._container_size(value)
+        elif isinstance(value, int) and not isinstance(value, bool):
+            total = value.bit_length() * 3 // 10 + 2
+        else:
+            total = 24
+        if total > self.limit:
+            raise _OverBudget()
+        return total
+
+    def _container_size(self, value: list[Any] | dict[str, Any]) -> int:
+        held = self._sizes.get(id(value))
+        if held is not None and held[0] is value:
+            return held[1]
+        total = 2 + max(len(value) - 1, 0)  # brackets and commas
+        if isinstance(value, dict):
+            for key, item in value.items():
+                self._step()
+                total += len(str(key)) + 3 + self._item_size(item)  # "key":
+                if total > self.limit:
+                    raise _OverBudget()
+        else:
+            for item in value:
+                self._step()
+                total += self._item_size(item)
+                if total > self.limit:
+                    raise _OverBudget()
+        self._sizes[id(value)] = (value, total)
+        return total
+
+    def _item_size(self, item: Any) -> int:
+        return self.size(item) + 2 if isinstance(item, str) else self.size(item)
 
 
-def _decode(spec: ObjectSpec, t: Transforms, data: bytes) -> bytes:
+class _BoundedFunctions(functions.Functions):  # type: ignore[misc]
+    """The two built-ins whose output can be much larger than what the budget saw of their
+    input (a join of many references to one string; JSON of a shared structure), checked
+    before they allocate. Subclass methods replace the built-ins of the same name."""
+
+    def __init__(self, interpreter: _BoundedInterpreter) -> None:
+        self._interpreter = interpreter
+
+    @functions.signature({"types": ["string"]}, {"types": ["array-string"]})  # type: ignore[misc]
+    def _func_join(self, separator: str, array: list[str]) -> str:
+        size = sum(map(len, array)) + len(separator) * max(len(array) - 1, 0)
+        if size > self._interpreter.limit:
+            raise _OverBudget()
+        return separator.join(array)
+
+    @functions.signature({"types": []})  # type: ignore[misc]
+    def _func_to_string(self, arg: Any) -> str:
+        if isinstance(arg, str):
+            return arg
+        self._interpreter.size(arg)
+        return json.dumps(arg, separators=(",", ":"), default=str)
+
+
+def _explode(spec: ObjectSpec[Any], result: Any, limit: int) -> list[Piece]:
+    if not isinstance(result, dict):
+        raise InvalidParameters(
+            f"object {spec.name!r}: explode needs a JSON/YAML map, but the value is {_kind(result)}"
+        )
+    if len(result) > MAX_EXPLODE_FILES:
+        raise LimitExceeded(
+            f"object {spec.name!r}: explode would write {len(result)} files, over the limit "
+            f"of {MAX_EXPLODE_FILES} for one object; extract a smaller map first"
+        )
+    pieces = []
+    left = limit
+    for key, item in result.items():
+        data = _to_bytes(spec, item, left)
+        left -= len(data)
+        pieces.append((str(key), data))
+    return pieces
+
+
+def _to_bytes(spec: ObjectSpec[Any], result: Any, limit: int) -> bytes:
+    if isinstance(result, bytes):
+        data = result
+    elif isinstance(result, str):
+        # A character is at least one byte: refuse before encoding.
+        _within(spec, result, limit, "the extracted value")
+        data = result.encode("utf-8")
+    else:
+        # Containers built by `extract` were sized while built, and anything else is part of
+        # the parsed secret: JSON of either is at most a few times the budget or the secret.
+        data = json.dumps(result, separators=(",", ":"), default=str).encode("utf-8")
+    return _within(spec, data, limit, "the extracted value")
+
+
+def _within(spec: ObjectSpec[Any], data: _Sized, limit: int, what: str) -> _Sized:
+    if len(data) > limit:
+        raise _too_big(spec, what, limit)
+    return data
+
+
+def _too_big(spec: ObjectSpec[Any], what: str, limit: int) -> LimitExceeded:
+    return LimitExceeded(
+        f"object {spec.name!r}: {what} would produce more than {limit} bytes, the part of the "
+        "mount's --max-response-bytes budget left for it; shrink the output or raise the limit"
+    )
+
+
+def _decode(spec: ObjectSpec[Any], t: Transforms, data: bytes) -> bytes:
     try:
         if t.decode == "base64":
             return base64.b64decode(b"".join(data.split()), validate=True)
