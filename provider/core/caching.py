@@ -4,6 +4,14 @@ One structure serves credentials (Vault tokens, STS credentials, access tokens: 
 shortly before they expire) and secret values (`--cache-ttl`). Concurrent callers asking for the
 same key while a load is in flight share that one load, whether or not the result is then kept:
 this is what turns 500 simultaneous pod starts into one login and one read.
+
+Fair shares (issue 20): the provider serves every namespace of the node from one cache, so
+plain LRU would let one namespace evict everyone else's entries by filling the cache with its
+own (large values, thousands of throwaway roles). Given `tenant_of` (the namespace of a key),
+a full cache evicts from the namespace holding the most — entries when the entry bound is hit,
+bytes when the byte bound is — and within it the least recently used entry. A namespace is
+never evicted by another while it holds no more than the other does, so each of N namespaces
+keeps at least 1/N of the bounds, and one alone may use all of them.
 """
 
 from __future__ import annotations
@@ -23,6 +31,7 @@ class _Entry(Generic[T]):
     value: T
     expires: float
     size: int
+    tenant: str
 
 
 class ExpiringCache(Generic[T]):
@@ -36,8 +45,13 @@ class ExpiringCache(Generic[T]):
         size_of: Callable[[T], int] = lambda _v: 0,
         clock: Callable[[], float] = time.monotonic,
         on_event: Callable[[str], None] | None = None,
+        tenant_of: Callable[[Hashable], str] | None = None,
     ) -> None:
-        self._entries: OrderedDict[Hashable, _Entry[T]] = OrderedDict()
+        self._entries: dict[Hashable, _Entry[T]] = {}
+        #: Per tenant: its keys in LRU order (oldest first) and the bytes they hold.
+        self._lru: dict[str, OrderedDict[Hashable, None]] = {}
+        self._tenant_bytes: dict[str, int] = {}
+        self._tenant_of = tenant_of or (lambda _k: "")
         self._inflight: dict[Hashable, asyncio.Future[T]] = {}
         self._max_entries = max_entries
         self._max_bytes = max_bytes
@@ -57,8 +71,12 @@ class ExpiringCache(Generic[T]):
         if entry.expires <= self._clock():
             self._drop(key)
             return None
-        self._entries.move_to_end(key)
+        self._lru[entry.tenant].move_to_end(key)
         return entry.value
+
+    def usage(self, tenant: str) -> tuple[int, int]:
+        """(entries, bytes) held for `tenant`."""
+        return len(self._lru.get(tenant, ())), self._tenant_bytes.get(tenant, 0)
 
     def put(self, key: Hashable, value: T, ttl: float) -> None:
         if ttl <= 0:
@@ -67,13 +85,19 @@ class ExpiringCache(Generic[T]):
         size = self._size_of(value)
         if self._max_bytes is not None and size > self._max_bytes:
             return
-        self._entries[key] = _Entry(value, self._clock() + ttl, size)
+        tenant = self._tenant_of(key)
+        self._entries[key] = _Entry(value, self._clock() + ttl, size, tenant)
+        self._lru.setdefault(tenant, OrderedDict())[key] = None
+        self._tenant_bytes[tenant] = self._tenant_bytes.get(tenant, 0) + size
         self._bytes += size
-        while len(self._entries) > self._max_entries or (
-            self._max_bytes is not None and self._bytes > self._max_bytes
-        ):
-            oldest = next(iter(self._entries))
-            self._drop(oldest)
+        while True:
+            if len(self._entries) > self._max_entries:
+                victim = max(self._lru, key=lambda t: len(self._lru[t]))
+            elif self._max_bytes is not None and self._bytes > self._max_bytes:
+                victim = max(self._tenant_bytes, key=self._tenant_bytes.__getitem__)
+            else:
+                break
+            self._drop(next(iter(self._lru[victim])))
             self._on_event("evicted")
 
     def invalidate(self, key: Hashable, stale: T | None = None) -> None:
@@ -88,19 +112,31 @@ class ExpiringCache(Generic[T]):
 
     async def get_or_load(self, key: Hashable, load: Callable[[], Awaitable[tuple[T, float]]]) -> T:
         """The cached value, or the result of one shared `load()` returning (value, ttl)."""
-        cached = self.get(key)
-        if cached is not None:
-            self._on_event("hit")
-            return cached
-        pending = self._inflight.get(key)
-        if pending is not None:
+        while True:
+            cached = self.get(key)
+            if cached is not None:
+                self._on_event("hit")
+                return cached
+            pending = self._inflight.get(key)
+            if pending is None:
+                break
             self._on_event("coalesced")
-            return await asyncio.shield(pending)
+            try:
+                return await asyncio.shield(pending)
+            except asyncio.CancelledError:
+                task = asyncio.current_task()
+                if not pending.cancelled() or (task is not None and task.cancelling()):
+                    raise
+                # The caller running the load gave up (its mount was cancelled), not this
+                # one: load again rather than inherit someone else's cancellation.
         self._on_event("miss")
         future: asyncio.Future[T] = asyncio.get_running_loop().create_future()
         self._inflight[key] = future
         try:
             value, ttl = await load()
+        except asyncio.CancelledError:
+            future.cancel()
+            raise
         except BaseException as exc:
             future.set_exception(exc)
             # Nobody else may be waiting; retrieve it so asyncio does not log "never retrieved".
@@ -117,3 +153,8 @@ class ExpiringCache(Generic[T]):
         entry = self._entries.pop(key, None)
         if entry is not None:
             self._bytes -= entry.size
+            lru = self._lru[entry.tenant]
+            del lru[key]
+            self._tenant_bytes[entry.tenant] -= entry.size
+            if not lru:
+                del self._lru[entry.tenant], self._tenant_bytes[entry.tenant]

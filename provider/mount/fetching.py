@@ -4,35 +4,71 @@ Two mounts of the same class by the same identity that arrive together share one
 whether or not the value cache (`--cache-ttl`) is on. Only successful values are kept; errors are
 shared with the callers already waiting, never cached.
 
-Serve-stale (`--serve-stale-max-age`, off by default): when the store fails transiently (down,
-throttled past our retries), the last good value of the same identity and object is served if it
-is younger than the limit — logged and counted, so an outage of the store does not stop pods of
-a known identity from starting. It never applies to denials or missing objects, and never
-bypasses the identity check (`identify` runs before any fetch).
+A shared read (a "load") runs as its own task on the provider's own budget (`load_budget`, the
+kubelet's two minutes; retries within a third of it), not on the budget of the mount that
+started it: every caller waits for it at most until its *own* deadline, so a mount that joined
+late is never failed because the first one ran out of time, and the driver's re-sends of a
+failed mount join the read in flight instead of starting a retry series each (SPEC §1). When
+neither cache is on, the last caller to give up cancels the load (nobody could use its result);
+otherwise it finishes in the background and refreshes the caches.
 
-Each backend has at most `--max-concurrent-fetches` fetch calls in flight, and optionally at
-most `--rate-limit` fetch calls per second, so a rollout of thousands of pods queues here instead
-of hammering (or being throttled by) the store.
+Serve-stale (`--serve-stale-max-age`, off by default): when the store fails transiently (down,
+hanging, throttled past our retries) — or has not answered within `--serve-stale-wait` — the
+last good value of the same identity and object is served if it is younger than the limit,
+logged and counted, while the one load per key keeps refreshing it. It never applies to denials
+or missing objects, and never bypasses the identity check (`identify` runs before any fetch).
+
+Each backend has at most `--max-concurrent-fetches` fetch calls in flight, one namespace at most
+`--max-concurrent-fetches-per-namespace` of them, and optionally at most `--rate-limit` calls per
+second: a rollout of thousands of pods queues here instead of hammering the store, and one
+namespace's hanging store cannot hold the slots every other namespace needs (issue 20). The
+value and stale caches evict by namespace share (provider/core/caching.py).
 """
 
 from __future__ import annotations
 
 import asyncio
 import logging
+import time
 from collections.abc import Hashable, Mapping, Sequence
+from dataclasses import dataclass
 
+from provider.core.backend import AnyBackend, Failure, watch_failures
 from provider.core.caching import ExpiringCache
 from provider.core.errors import BridgeError, DeadlineExceeded
-from provider.core.limits import RateLimiter
+from provider.core.limits import FetchSlots, RateLimiter, namespace_of
 from provider.core.metrics import Metrics
-from provider.core.model import Backend, FetchContext, Fetched, Identity, SecretValue, StorePlan
+from provider.core.model import AnyPlan, FetchContext, Fetched, Identity, SecretValue
 
 _Key = tuple[str, Hashable]
 log = logging.getLogger("secrets_bridge.fetching")
 
+#: The provider's own budget for a shared load: the kubelet's NodePublish deadline.
+LOAD_BUDGET = 120.0
+#: A caller with less time left than this does not start a fresh load after a failed one.
+RESTART_MIN = 0.5
+#: Fresh loads one caller may start after shared ones ran out of time.
+MAX_ROUNDS = 3
+
+
+@dataclass(frozen=True)
+class _Raised:
+    """A load that raised instead of returning per-ref outcomes (a refused login, a bug)."""
+
+    error: BaseException
+
+
+_Outcome = Fetched | _Raised
+_Joined = dict[Hashable, tuple["asyncio.Future[Fetched]", "asyncio.Task[None]"]]
+
 
 def _size(values: Sequence[SecretValue]) -> int:
     return sum(len(v.content) for v in values) + 64 * len(values)
+
+
+def _ran_out(outcome: _Outcome) -> bool:
+    error = outcome.error if isinstance(outcome, _Raised) else outcome
+    return isinstance(error, DeadlineExceeded)
 
 
 class Fetcher:
@@ -42,45 +78,91 @@ class Fetcher:
         cache_ttl: float,
         metrics: Metrics,
         serve_stale_max_age: float = 0.0,
+        serve_stale_wait: float = 3.0,
         max_concurrent_fetches: int = 64,
+        max_concurrent_fetches_per_namespace: int = 16,
         rate_limits: Mapping[str, float] | None = None,
         max_entries: int = 10_000,
         max_bytes: int = 64 * 1024 * 1024,
+        load_budget: float = LOAD_BUDGET,
     ) -> None:
         self._ttl = cache_ttl
         self._stale_age = serve_stale_max_age
+        self._stale_wait = serve_stale_wait
+        self._load_budget = load_budget
+        #: Whether a load's result is worth finishing after every caller left.
+        self._keep = cache_ttl > 0 or serve_stale_max_age > 0
         self._metrics = metrics
         self._count = metrics.cache_counter("values")
         self._cache: ExpiringCache[Sequence[SecretValue]] = ExpiringCache(
-            max_entries=max_entries, max_bytes=max_bytes, size_of=_size, on_event=self._count
+            max_entries=max_entries,
+            max_bytes=max_bytes,
+            size_of=_size,
+            on_event=self._count,
+            tenant_of=namespace_of,
         )
         self._last_good: ExpiringCache[Sequence[SecretValue]] = ExpiringCache(
             max_entries=max_entries,
             max_bytes=max_bytes,
             size_of=_size,
             on_event=metrics.cache_counter("stale"),
+            tenant_of=namespace_of,
         )
         self._inflight: dict[_Key, tuple[asyncio.Future[Fetched], asyncio.Task[None]]] = {}
-        #: Callers still waiting on each load; the last one to give up cancels it.
+        #: Callers still waiting on each load.
         self._waiters: dict[asyncio.Task[None], int] = {}
-        self._max_concurrent = max_concurrent_fetches
-        self._limits: dict[str, asyncio.Semaphore] = {}
+        #: (key, load) pairs whose stale answer was logged: one line per load, not per mount.
+        self._announced: set[tuple[_Key, asyncio.Task[None]]] = set()
+        #: The latest failed store call of each load still running.
+        self._failures: dict[asyncio.Task[None], list[Failure]] = {}
+        self._slots = FetchSlots(max_concurrent_fetches, max_concurrent_fetches_per_namespace)
         self._rates = {name: RateLimiter(rate) for name, rate in (rate_limits or {}).items()}
 
     async def fetch(
         self,
-        backend: Backend,
-        plan: StorePlan,
+        backend: AnyBackend,
+        plan: AnyPlan,
         identity: Identity,
         refs: Sequence[Hashable],
         ctx: FetchContext,
     ) -> dict[Hashable, Fetched]:
         results: dict[Hashable, Fetched] = {}
-        pending: dict[Hashable, asyncio.Future[Fetched]] = {}
-        loads: set[asyncio.Task[None]] = set()
+        raised: list[BaseException] = []
+        todo = list(dict.fromkeys(refs))
+        for round_ in range(MAX_ROUNDS):
+            joined = self._join(backend, plan, identity, todo, ctx, results)
+            outcomes = await self._wait(plan, identity, joined, ctx)
+            todo = []
+            for ref, outcome in outcomes.items():
+                # A shared load that ran out of time is not this caller's verdict while it
+                # still has time of its own: it starts (or joins) a fresh one.
+                left = ctx.deadline - time.monotonic()
+                if _ran_out(outcome) and left > RESTART_MIN and round_ < MAX_ROUNDS - 1:
+                    todo.append(ref)
+                elif isinstance(outcome, _Raised):
+                    raised.append(outcome.error)
+                else:
+                    results[ref] = outcome
+            if not todo:
+                break
+        if raised:
+            raise raised[0]
+        return results
+
+    def _join(
+        self,
+        backend: AnyBackend,
+        plan: AnyPlan,
+        identity: Identity,
+        refs: Sequence[Hashable],
+        ctx: FetchContext,
+        results: dict[Hashable, Fetched],
+    ) -> _Joined:
+        """Cache hits into `results`; for the rest, the load each joins (or starts)."""
+        joined: _Joined = {}
         mine: dict[Hashable, asyncio.Future[Fetched]] = {}
         loop = asyncio.get_running_loop()
-        for ref in dict.fromkeys(refs):
+        for ref in refs:
             key = (identity.key, ref)
             cached = self._cache.get(key) if self._ttl > 0 else None
             if cached is not None:
@@ -88,52 +170,115 @@ class Fetcher:
                 results[ref] = cached
             elif key in self._inflight:
                 self._count("coalesced")
-                pending[ref], task = self._inflight[key]
-                loads.add(task)
+                joined[ref] = self._inflight[key]
             else:
                 self._count("miss")
-                mine[ref] = pending[ref] = loop.create_future()
+                mine[ref] = loop.create_future()
         if mine:
-            # The load runs as its own task: if this caller's deadline passes, callers that
-            # joined it keep waiting; only when every caller gave up is the store call cancelled.
-            task = asyncio.create_task(self._load(backend, plan, identity, mine, ctx))
+            now = time.monotonic()
+            budget = max(ctx.deadline - now, self._load_budget)
+            own = FetchContext(deadline=now + budget, retry_deadline=now + budget / 3)
+            task = asyncio.create_task(self._load(backend, plan, identity, mine, own))
             for ref, future in mine.items():
-                self._inflight[(identity.key, ref)] = (future, task)
-            loads.add(task)
+                joined[ref] = self._inflight[(identity.key, ref)] = (future, task)
+        return joined
+
+    async def _wait(
+        self, plan: AnyPlan, identity: Identity, joined: _Joined, ctx: FetchContext
+    ) -> dict[Hashable, _Outcome]:
+        loads = {task for _future, task in joined.values()}
         for task in loads:
             self._waiters[task] = self._waiters.get(task, 0) + 1
         try:
-            for ref, future in pending.items():
-                results[ref] = await asyncio.shield(future)
+            outcomes = await asyncio.gather(
+                *(
+                    self._outcome(plan, identity, ref, future, task, ctx)
+                    for ref, (future, task) in joined.items()
+                )
+            )
         finally:
             for task in loads:
-                self._waiters[task] -= 1
-                if self._waiters[task] == 0:
-                    del self._waiters[task]
-                    if not task.done():
-                        task.cancel()
-                        # Forget it now, so a caller arriving before the cancellation lands
-                        # starts a fresh read instead of joining a dying one.
-                        for key in [k for k, (_f, t) in self._inflight.items() if t is task]:
-                            del self._inflight[key]
-        return results
+                self._leave(task)
+        return dict(zip(joined, outcomes, strict=True))
+
+    async def _outcome(
+        self,
+        plan: AnyPlan,
+        identity: Identity,
+        ref: Hashable,
+        future: asyncio.Future[Fetched],
+        task: asyncio.Task[None],
+        ctx: FetchContext,
+    ) -> _Outcome:
+        """The load's outcome for `ref`, or what this caller answers when it cannot wait longer:
+        the stale copy after --serve-stale-wait, else a deadline error at its own deadline."""
+        key = (identity.key, ref)
+        start = time.monotonic()
+        stale = self._last_good.get(key) if self._stale_age > 0 else None
+        until = ctx.deadline
+        if stale is not None and self._stale_wait > 0:
+            until = min(until, start + self._stale_wait)
+        # A store that refuses (rather than stays silent) gets the answer it always got: its
+        # error once a third of this mount's deadline is spent (SPEC §1: the driver re-sends
+        # an UNAVAILABLE mount, and the re-send joins this read, which goes on). A silent
+        # store is waited for until this mount's own deadline.
+        for stop in sorted({min(until, ctx.retry_deadline), until}):
+            if not future.done():
+                await asyncio.wait({future}, timeout=max(0.0, stop - time.monotonic()))
+            if future.done():
+                error = future.exception()
+                return _Raised(error) if error is not None else future.result()
+            seen = self._failures.get(task)
+            if stale is None and seen and not seen[-1].silent and seen[-1].error.transient:
+                return seen[-1].error
+        seen = self._failures.get(task)
+        last = f"; last attempt: {seen[-1].error}" if seen else ""
+        if stale is not None:
+            self._served_stale(plan, identity, key, task, f"no answer yet{last}")
+            return stale
+        return DeadlineExceeded(
+            f"the {plan.backend} store did not answer within this mount's deadline "
+            f"({time.monotonic() - start:.1f}s of waiting; still trying){last}"
+        )
+
+    def _leave(self, task: asyncio.Task[None]) -> None:
+        self._waiters[task] -= 1
+        if self._waiters[task]:
+            return
+        del self._waiters[task]
+        if not task.done() and not self._keep:
+            task.cancel()
+            # Forget it now, so a caller arriving before the cancellation lands starts a
+            # fresh read instead of joining a dying one.
+            for key in [k for k, (_f, t) in self._inflight.items() if t is task]:
+                del self._inflight[key]
 
     async def _load(
         self,
-        backend: Backend,
-        plan: StorePlan,
+        backend: AnyBackend,
+        plan: AnyPlan,
         identity: Identity,
         mine: Mapping[Hashable, asyncio.Future[Fetched]],
         ctx: FetchContext,
     ) -> None:
         """Fetch and settle every future of `mine`; never raises (callers get the outcome)."""
-        limit = self._limits.setdefault(plan.backend, asyncio.Semaphore(self._max_concurrent))
         rate = self._rates.get(plan.backend)
+        task = asyncio.current_task()
+        if task is not None:
+            self._failures[task] = watch_failures()
         try:
-            async with limit:
-                if rate is not None:
-                    await rate.acquire()
-                fetched = await backend.fetch(plan, identity, list(mine), ctx)
+            # The store calls are cut by BackendEnv.retry; this also bounds the wait for a
+            # fetch slot, so nothing outlives the load's budget.
+            async with asyncio.timeout(ctx.deadline - time.monotonic()):
+                async with self._slots.hold(plan.backend, namespace_of(identity.key)):
+                    if rate is not None:
+                        await rate.acquire()
+                    fetched = await backend.fetch(plan, identity, list(mine), ctx)
+        except TimeoutError:
+            error = DeadlineExceeded(
+                f"the {plan.backend} store did not answer within {self._load_budget:.0f}s"
+            )
+            fetched = {ref: error for ref in mine}
         except BridgeError as exc:
             if not exc.transient or not self._all_stale(identity, mine):
                 self._fail(mine, exc)
@@ -146,10 +291,15 @@ class Fetcher:
             self._fail(mine, exc)
             return
         finally:
+            if task is not None:
+                self._failures.pop(task, None)
             for ref, future in mine.items():
-                held = self._inflight.get((identity.key, ref))
+                key = (identity.key, ref)
+                held = self._inflight.get(key)
                 if held is not None and held[0] is future:  # not a newer load's entry
-                    del self._inflight[(identity.key, ref)]
+                    del self._inflight[key]
+                if task is not None:
+                    self._announced.discard((key, task))
         for ref, future in mine.items():
             result = fetched.get(ref)
             if result is None:
@@ -157,7 +307,7 @@ class Fetcher:
             future.set_result(self._keep_or_stale(plan, identity, ref, result))
 
     def _keep_or_stale(
-        self, plan: StorePlan, identity: Identity, ref: Hashable, result: Fetched
+        self, plan: AnyPlan, identity: Identity, ref: Hashable, result: Fetched
     ) -> Fetched:
         key = (identity.key, ref)
         if not isinstance(result, BridgeError):
@@ -166,23 +316,37 @@ class Fetcher:
             if self._stale_age > 0:
                 self._last_good.put(key, result, self._stale_age)
             return result
-        if result.transient and self._stale_age > 0:
+        if self._stale_age > 0 and (result.transient or isinstance(result, DeadlineExceeded)):
             stale = self._last_good.get(key)
             if stale is not None:
-                self._metrics.cache_events.labels("stale", "served").inc()
-                log.warning(
-                    "store unavailable; serving the last good value",
-                    extra={
-                        "fields": {
-                            "backend": plan.backend,
-                            "identity": identity.subject,
-                            "max_age_s": self._stale_age,
-                            "error": str(result),
-                        }
-                    },
-                )
+                self._served_stale(plan, identity, key, None, str(result))
                 return stale
         return result
+
+    def _served_stale(
+        self,
+        plan: AnyPlan,
+        identity: Identity,
+        key: _Key,
+        task: asyncio.Task[None] | None,
+        why: str,
+    ) -> None:
+        self._metrics.cache_events.labels("stale", "served").inc()
+        if task is not None:
+            if (key, task) in self._announced:
+                return
+            self._announced.add((key, task))
+        log.warning(
+            "store unavailable; serving the last good value",
+            extra={
+                "fields": {
+                    "backend": plan.backend,
+                    "identity": identity.subject,
+                    "max_age_s": self._stale_age,
+                    "error": why,
+                }
+            },
+        )
 
     def _all_stale(self, identity: Identity, mine: Mapping[Hashable, object]) -> bool:
         return self._stale_age > 0 and all(
@@ -195,3 +359,10 @@ class Fetcher:
             if not future.done():
                 future.set_exception(exc)
                 future.exception()  # retrieved: the waiters re-raise it themselves
+
+    async def close(self) -> None:
+        """Cancel the loads still running (shutdown): nobody is left to use their results."""
+        loads = {task for _future, task in self._inflight.values()}
+        for task in loads:
+            task.cancel()
+        await asyncio.gather(*loads, return_exceptions=True)
