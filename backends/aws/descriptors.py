@@ -21,6 +21,7 @@ from provider.core.parsing import (
     expect_list,
     expect_map,
     expect_str,
+    fold_keys,
     parse_transforms,
     unknown_keys,
 )
@@ -53,11 +54,15 @@ _BAD_PATH = re.compile(r"(/\.\./)|(^\.\./)|(/\.\.$)")
 
 def parse_object(
     entry: Any, where: str, store: AwsStore, translate: str | None, problems: Problems
-) -> list[ObjectSpec]:
+) -> list[ObjectSpec[AwsRef]]:
     obj = expect_map(entry, where, problems)
     if obj is None:
         return []
-    unknown_keys(obj, OBJECT_KEYS, where, "an AWS object", problems, REFUSED_OBJECT_KEYS)
+    # Upstream decodes through encoding/json: keys match their fields ignoring case.
+    obj = fold_keys(obj, OBJECT_KEYS | frozenset(REFUSED_OBJECT_KEYS), where, problems)
+    unknown_keys(
+        obj, OBJECT_KEYS, where, "an AWS object", problems, REFUSED_OBJECT_KEYS, upstream=True
+    )
     name = expect_str(obj.get("objectName"), f"{where}.objectName", problems, required=True)
     kind = expect_str(obj.get("objectType"), f"{where}.objectType", problems)
     alias = expect_str(obj.get("objectAlias"), f"{where}.objectAlias", problems)
@@ -132,12 +137,11 @@ def _check_versions(
 ) -> None:
     if service != "ssm":
         return
+    # Either is sent as the selector `name:<value>`, as upstream: not parsed here.
     if version and label:
         problems.add(
             f"{where}: an SSM parameter takes objectVersion or objectVersionLabel, not both"
         )
-    if version and not version.isdigit():
-        problems.add(f"{where}.objectVersion: an SSM version is a number, got {version!r}")
 
 
 def _parse_failover(
@@ -154,7 +158,8 @@ def _parse_failover(
     obj = expect_map(value, field, problems)
     if obj is None:
         return None
-    unknown_keys(obj, FAILOVER_KEYS, field, "failoverObject", problems)
+    obj = fold_keys(obj, FAILOVER_KEYS, field, problems)
+    unknown_keys(obj, FAILOVER_KEYS, field, "failoverObject", problems, upstream=True)
     name = expect_str(obj.get("objectName"), f"{field}.objectName", problems, required=True)
     version = expect_str(obj.get("objectVersion"), f"{field}.objectVersion", problems)
     label = expect_str(obj.get("objectVersionLabel"), f"{field}.objectVersionLabel", problems)
@@ -175,11 +180,12 @@ def _parse_failover(
 
 def _parse_jmes(
     item: Any, where: str, ref: AwsRef, translate: str | None, problems: Problems
-) -> ObjectSpec | None:
+) -> ObjectSpec[AwsRef] | None:
     entry = expect_map(item, where, problems)
     if entry is None:
         return None
-    unknown_keys(entry, JMES_KEYS, where, "a jmesPath entry", problems)
+    entry = fold_keys(entry, JMES_KEYS, where, problems)
+    unknown_keys(entry, JMES_KEYS, where, "a jmesPath entry", problems, upstream=True)
     path = expect_str(entry.get("path"), f"{where}.path", problems, required=True)
     alias = expect_str(entry.get("objectAlias"), f"{where}.objectAlias", problems, required=True)
     mode = _parse_mode(entry.get("filePermission"), f"{where}.filePermission", problems)

@@ -27,9 +27,10 @@ import re
 from collections.abc import Mapping
 
 from backends.aws.descriptors import parse_object
+from backends.aws.options import Options
 from backends.aws.refs import AwsRef, AwsStore, Target
 from provider.core.model import ObjectSpec, ParseContext, StorePlan
-from provider.core.parsing import Problems, expect_list, load_yaml, unique_names
+from provider.core.parsing import Problems, expect_list, go_bool, load_yaml, unique_names
 
 __all__ = ["KEYS", "AwsRef", "AwsStore", "Target", "parse"]
 
@@ -46,13 +47,14 @@ KEYS = frozenset(
 )
 #: Upstream keys (of forks and newer releases) we refuse by name rather than ignore.
 REFUSED_KEYS = {"joinName": "use the top-level 'templates' parameter to join objects"}
-_REGION = re.compile(r"^[a-z0-9][a-z0-9-]{1,40}$")
+# Upstream passes any region name to the SDK (its tests use "fakeRegion"); the name becomes a
+# host name label, so what botocore itself accepts (its validate_region_name) is let through.
+_REGION = re.compile(r"^[a-zA-Z0-9](?:[a-zA-Z0-9\-]{0,61}[a-zA-Z0-9])?$")
 _ROLE_ARN = re.compile(r"^arn:[\w-]+:iam::\d{12}:role/[\w+=,.@/-]+$")
-_BOOLS = {"1": True, "t": True, "true": True, "0": False, "f": False, "false": False}
 
 
-def parse(params: Mapping[str, str], ctx: ParseContext) -> StorePlan:
-    problems = Problems()
+def parse(params: Mapping[str, str], ctx: ParseContext[Options]) -> StorePlan[AwsStore, AwsRef]:
+    problems = Problems(strict=ctx.strict)
     for key, hint in REFUSED_KEYS.items():
         if params.get(key):
             problems.add(f"{key} is not supported by secrets-bridge; {hint}")
@@ -62,7 +64,7 @@ def parse(params: Mapping[str, str], ctx: ParseContext) -> StorePlan:
     if not raw.strip():
         problems.fail("objects is required: a YAML list of {objectName, objectType, ...}")
     entries = expect_list(load_yaml(raw, "objects"), "objects", problems)
-    specs: list[ObjectSpec] = []
+    specs: list[ObjectSpec[AwsRef]] = []
     for i, entry in enumerate(entries):
         specs.extend(parse_object(entry, f"objects[{i}]", store, translate, problems))
     unique_names([(s.name, s.field) for s in specs], "file name", problems)
@@ -70,10 +72,12 @@ def parse(params: Mapping[str, str], ctx: ParseContext) -> StorePlan:
     return StorePlan("aws", store, tuple(specs), tuple(problems.warnings))
 
 
-def _parse_store(params: Mapping[str, str], ctx: ParseContext, problems: Problems) -> AwsStore:
+def _parse_store(
+    params: Mapping[str, str], ctx: ParseContext[Options], problems: Problems
+) -> AwsStore:
     region = params.get("region", "").strip()
     if not region:
-        region = (getattr(ctx.options, "region", None) or "").strip()
+        region = ((ctx.options.region if ctx.options else None) or "").strip()
     if not region:
         message = (
             "region is required: set parameters.region or start the provider with "
@@ -84,10 +88,10 @@ def _parse_store(params: Mapping[str, str], ctx: ParseContext, problems: Problem
         else:
             problems.add(message)
     elif not _REGION.match(region):
-        problems.add(f"region: {region!r} is not an AWS region name such as us-east-1")
+        problems.add(f"region: {region!r} is not a region name such as us-east-1")
     failover = params.get("failoverRegion", "").strip()
     if failover and not _REGION.match(failover):
-        problems.add(f"failoverRegion: {failover!r} is not an AWS region name such as us-east-2")
+        problems.add(f"failoverRegion: {failover!r} is not a region name such as us-east-2")
     if failover and failover == region:
         problems.add(f"failoverRegion: {failover!r} is the primary region; name another region")
     role_arn = params.get("roleArn", "").strip()
@@ -95,7 +99,8 @@ def _parse_store(params: Mapping[str, str], ctx: ParseContext, problems: Problem
         problems.add(
             f"roleArn: {role_arn!r} is not an IAM role ARN (arn:aws:iam::111122223333:role/name)"
         )
-    use_pod_identity = _parse_go_bool(params.get("usePodIdentity", ""), problems)
+    # Go's strconv.ParseBool on the untrimmed value, as upstream (server.go).
+    use_pod_identity = go_bool(params.get("usePodIdentity", ""), "usePodIdentity", problems)
     if use_pod_identity and role_arn:
         problems.add(
             "roleArn and usePodIdentity are both set: EKS Pod Identity chooses the role "
@@ -111,17 +116,6 @@ def _parse_store(params: Mapping[str, str], ctx: ParseContext, problems: Problem
     return AwsStore(region, failover, role_arn, use_pod_identity, address)  # type: ignore[arg-type]
 
 
-def _parse_go_bool(text: str, problems: Problems) -> bool:
-    # Upstream parses with Go's strconv.ParseBool; accept exactly its spellings.
-    value = text.strip()
-    if not value:
-        return False
-    if value.lower() in _BOOLS and value in (value.lower(), value.upper(), value.capitalize()):
-        return _BOOLS[value.lower()]
-    problems.add(f'usePodIdentity: expected "true" or "false", got {text!r}')
-    return False
-
-
 def _parse_translation(text: str, problems: Problems) -> str | None:
     """The character replacing '/' in file names; None means translation is off."""
     if text == "":
@@ -132,3 +126,9 @@ def _parse_translation(text: str, problems: Problems) -> str | None:
         problems.add(f'pathTranslation: expected one character or "False", got {text!r}')
         return "_"
     return text
+
+
+def audiences(store: AwsStore) -> tuple[str, ...]:
+    """The audience of the pod token a mount of this class needs (`check --json`); the same
+    values as backends/aws/auth.py logs in with."""
+    return ("pods.eks.amazonaws.com",) if store.use_pod_identity else ("sts.amazonaws.com",)

@@ -26,11 +26,12 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Literal
 
-from backends.azure.objects import parse_objects
+from backends.azure.objects import AzureRef, parse_objects
+from backends.azure.options import Options
 from provider.core.model import ParseContext, StorePlan
 from provider.core.parsing import (
     Problems,
-    parse_bool,
+    go_bool,
     unique_names,
 )
 
@@ -69,6 +70,8 @@ CLOUDS = {
             "AzureUSGovernmentCloud", "https://login.microsoftonline.us", "vault.usgovcloudapi.net"
         ),
         Cloud("AzureChinaCloud", "https://login.chinacloudapi.cn", "vault.azure.cn"),
+        # Closed in October 2021, still a name go-autorest (and so upstream) accepts.
+        Cloud("AzureGermanCloud", "https://login.microsoftonline.de", "vault.microsoftazure.de"),
         Cloud("AzureStackCloud", "", ""),
     )
 }
@@ -93,8 +96,8 @@ class AzureStore:
     user_assigned_identity_id: str = ""
 
 
-def parse(params: Mapping[str, str], ctx: ParseContext) -> StorePlan:
-    problems = Problems()
+def parse(params: Mapping[str, str], ctx: ParseContext[Options]) -> StorePlan[AzureStore, AzureRef]:
+    problems = Problems(strict=ctx.strict)
     store = _parse_store(params, problems)
     specs = parse_objects(params.get("objects", ""), ctx, problems)
     unique_names(
@@ -127,14 +130,19 @@ def _parse_store(params: Mapping[str, str], problems: Problems) -> AzureStore | 
         )
     elif env_file and cloud is not None and cloud.name != "AzureStackCloud":
         problems.warn(f"cloudEnvFileName is ignored for cloudName {cloud.name}")
+    # Upstream trims the switches and parses them with Go's strconv.ParseBool.
     for key, why in (
         ("usePodIdentity", "AAD pod identity is deprecated upstream"),
-        ("useAzureTokenProxy", "the Azure token proxy is not supported"),
+        (
+            "useAzureTokenProxy",
+            "AKS identity binding, which needs the API server's token proxy, is not implemented",
+        ),
     ):
-        if parse_bool(params.get(key, "").strip(), key, problems):
+        if go_bool(params.get(key, "").strip(), key, problems):
             problems.add(
                 f'{key} "true" is not supported ({why}); use workload identity: set clientID '
-                f'to the identity federated with the pod\'s service account and {key} to "false"'
+                f"to the identity federated with the pod's service account (audience "
+                f'api://AzureADTokenExchange) and remove {key} or set it to "false"'
             )
     auth = _auth_mode(params, problems)
     if problems.items or cloud is None or auth is None:
@@ -163,7 +171,7 @@ def _tenant(params: Mapping[str, str], problems: Problems) -> str:
 
 
 def _auth_mode(params: Mapping[str, str], problems: Problems) -> AuthMode | None:
-    use_vm = parse_bool(
+    use_vm = go_bool(
         params.get("useVMManagedIdentity", "").strip(), "useVMManagedIdentity", problems
     )
     client_id = params.get("clientID", "").strip()
@@ -183,3 +191,9 @@ def _auth_mode(params: Mapping[str, str], problems: Problems) -> AuthMode | None
     if use_vm:
         return "vm-managed-identity"
     return "workload-identity" if client_id else "service-principal"
+
+
+def audiences(store: AzureStore) -> tuple[str, ...]:
+    """The audience of the pod token a mount of this class needs (`check --json`): workload
+    identity's; the other modes log in without the pod's token."""
+    return ("api://AzureADTokenExchange",) if store.auth == "workload-identity" else ()

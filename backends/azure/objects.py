@@ -48,7 +48,9 @@ ObjectType = Literal["secret", "key", "cert"]
 # Object names in Key Vault: 1-127 letters, digits and hyphens; versions are 32 hex digits, but
 # we only refuse what cannot be a URL path segment, so a store-side rule change needs no release.
 _OBJECT_NAME = re.compile(r"^[-A-Za-z0-9]{1,127}$")
-_VERSION = re.compile(r"^[A-Za-z0-9]{1,64}$")
+# Upstream passes any objectVersion through (its tests use "version-id"); only what could not
+# be one URL path segment is refused.
+_VERSION = re.compile(r"^[A-Za-z0-9._~-]{1,256}$")
 MAX_VERSION_HISTORY = 100
 
 
@@ -65,7 +67,9 @@ class AzureRef:
     pfx: bool = False
 
 
-def parse_objects(raw: str, ctx: ParseContext, problems: Problems) -> list[ObjectSpec]:
+def parse_objects(
+    raw: str, ctx: ParseContext[Any], problems: Problems
+) -> list[ObjectSpec[AzureRef]]:
     if not raw.strip():
         problems.add("objects is required: a YAML map with `array:`, a list of object strings")
         return []
@@ -78,7 +82,8 @@ def parse_objects(raw: str, ctx: ParseContext, problems: Problems) -> list[Objec
         problems.add("objects.array is empty: list at least one object")
     if len(entries) > ctx.max_objects:
         problems.add(
-            f"objects.array has {len(entries)} entries, over the limit of {ctx.max_objects}"
+            f"objects.array has {len(entries)} entries, over the limit of {ctx.max_objects} "
+            "(--max-objects)"
         )
         return []
     specs = []
@@ -95,13 +100,21 @@ def _object_map(entry: Any, where: str, problems: Problems) -> Mapping[str, Any]
     if not isinstance(obj, dict):
         problems.add(f"{where}: expected a YAML string holding a map of object keys")
         return None
+    # Upstream's formatKeyVaultObject trims every string field.
+    obj = {k: v.strip() if isinstance(v, str) else v for k, v in obj.items()}
     unknown_keys(
-        obj, OBJECT_KEYS, where, "an Azure Key Vault object", problems, UNSUPPORTED_OBJECT_KEYS
+        obj,
+        OBJECT_KEYS,
+        where,
+        "an Azure Key Vault object",
+        problems,
+        UNSUPPORTED_OBJECT_KEYS,
+        upstream=True,
     )
     return obj
 
 
-def _parse_object(entry: Any, where: str, problems: Problems) -> ObjectSpec | None:
+def _parse_object(entry: Any, where: str, problems: Problems) -> ObjectSpec[AzureRef] | None:
     obj = _object_map(entry, where, problems)
     if obj is None:
         return None
@@ -113,6 +126,8 @@ def _parse_object(entry: Any, where: str, problems: Problems) -> ObjectSpec | No
         problems.add(f"{where}.objectType: expected secret, key or cert, got {kind or 'nothing'!r}")
         kind = "secret"
     version = expect_str(obj.get("objectVersion"), f"{where}.objectVersion", problems).strip()
+    if version.lower() == "latest":
+        version = ""  # upstream's word for the newest version
     if version and not _VERSION.match(version):
         problems.add(f"{where}.objectVersion {version!r} is not a Key Vault version id")
     history = _history(obj.get("objectVersionHistory"), f"{where}.objectVersionHistory", problems)
@@ -123,7 +138,9 @@ def _parse_object(entry: Any, where: str, problems: Problems) -> ObjectSpec | No
     transforms = parse_transforms(obj, where, problems, base=Transforms(decode=decode))
     ref = AzureRef(kind, name, version, history, pfx)  # type: ignore[arg-type]
     field = f"{where}.objectAlias" if alias else f"{where}.objectName"
-    return ObjectSpec(alias or name, ref, mode, transforms, field)
+    # Upstream's ObjectVersion id (GetObjectUID); a history's values carry `<type>/<name>/<i>`.
+    version_id = f"{kind}/{name}"
+    return ObjectSpec(alias or name, ref, mode, transforms, field, version_id=version_id)
 
 
 def _history(value: Any, field: str, problems: Problems) -> int:

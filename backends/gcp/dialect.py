@@ -9,6 +9,8 @@ parameters:
       mode: 0400               # a YAML integer, as upstream
       extractJSONKey: password # or extractYAMLKey; a literal top-level key
     - resourceName: projects/p/locations/us-central1/secrets/api/versions/3
+    - resourceName: projects/p/locations/global/parameters/app/versions/v1
+      path: app.yaml           # Parameter Manager: the rendered payload (secret refs resolved)
 
 The workload identity audience is not a parameter upstream either: it comes from the provider's
 flags (`--gcp-project`, `--gcp-location`, `--gcp-cluster`, or `--gcp-workload-identity-audience`).
@@ -21,6 +23,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any, Literal
 
+from backends.gcp.options import DEFAULT_GKE_PROVIDER, Options
 from provider.core.model import ObjectSpec, ParseContext, StorePlan, Transforms
 from provider.core.parsing import (
     TRANSFORM_KEYS,
@@ -46,7 +49,9 @@ AUTH_MODES = ("pod-adc", "provider-adc")
 # location ends up in a host name (the regional endpoint), hence its stricter pattern: a pod
 # author must not be able to send the pod's Google token to a host of their choosing.
 _ID = r"[A-Za-z0-9][A-Za-z0-9_.:-]{0,254}"
-_LOCATION = r"[a-z][a-z0-9-]{0,62}"
+#: Upstream's `locationLengthLimit` (util/constants.go): longer locations are refused.
+MAX_LOCATION = 30
+_LOCATION = rf"[a-z][a-z0-9-]{{0,{MAX_LOCATION - 1}}}"
 _GLOBAL = re.compile(
     rf"projects/(?P<project>{_ID})/secrets/(?P<secret>{_ID})/versions/(?P<v>{_ID})"
 )
@@ -54,10 +59,15 @@ _REGIONAL = re.compile(
     rf"projects/(?P<project>{_ID})/locations/(?P<location>{_LOCATION})"
     rf"/secrets/(?P<secret>{_ID})/versions/(?P<v>{_ID})"
 )
-_PARAMETER = re.compile(r"projects/[^/]+/(locations/[^/]+/)?parameters/")
+_PARAMETER = re.compile(
+    rf"projects/(?P<project>{_ID})/locations/(?P<location>{_LOCATION})"
+    rf"/parameters/(?P<parameter>{_ID})/versions/(?P<v>{_ID})"
+)
+_ANY_LOCATION = re.compile(r"projects/[^/]+/locations/(?P<location>[^/]*)/(secrets|parameters)/")
 _FORMATS = (
-    "projects/<project>/secrets/<secret>/versions/<version|latest> or "
-    "projects/<project>/locations/<location>/secrets/<secret>/versions/<version|latest>"
+    "projects/<project>/secrets/<secret>/versions/<version|latest>, "
+    "projects/<project>/locations/<location>/secrets/<secret>/versions/<version|latest> or "
+    "projects/<project>/locations/<location|global>/parameters/<parameter>/versions/<version>"
 )
 
 AuthMode = Literal["pod-adc", "provider-adc"]
@@ -83,15 +93,17 @@ class GcpStore:
 
 @dataclass(frozen=True)
 class GcpRef:
-    """One secret version; the same name in several entries is one AccessSecretVersion call."""
+    """One secret version (AccessSecretVersion) or Parameter Manager parameter version
+    (RenderParameterVersion); the same name in several entries is one call."""
 
     name: str
-    #: The location of a regional secret (selects the regional endpoint), else None.
+    #: The location of a regional secret or parameter (selects the regional endpoint), else None.
     location: str | None = None
+    kind: Literal["secret", "parameter"] = "secret"
 
 
-def parse(params: Mapping[str, str], ctx: ParseContext) -> StorePlan:
-    problems = Problems()
+def parse(params: Mapping[str, str], ctx: ParseContext[Options]) -> StorePlan[GcpStore, GcpRef]:
+    problems = Problems(strict=ctx.strict)
     auth = _parse_auth(params.get("auth", ""), problems)
     raw = params.get("secrets", "")
     if not raw.strip():
@@ -103,7 +115,10 @@ def parse(params: Mapping[str, str], ctx: ParseContext) -> StorePlan:
     if not entries and not problems.items:
         problems.add("secrets: the list is empty; name at least one secret version")
     if len(entries) > ctx.max_objects:
-        problems.fail(f"secrets: {len(entries)} entries is over the limit of {ctx.max_objects}")
+        problems.fail(
+            f"secrets: {len(entries)} entries is over the limit of {ctx.max_objects} "
+            "(--max-objects)"
+        )
     specs = [s for i, e in enumerate(entries) if (s := _parse_entry(e, i, problems)) is not None]
     unique_names([(s.name, s.field) for s in specs], "path", problems)
     audience = _audience(ctx, auth, problems)
@@ -122,12 +137,12 @@ def _parse_auth(value: str, problems: Problems) -> AuthMode:
     return "pod-adc"
 
 
-def _parse_entry(entry: Any, i: int, problems: Problems) -> ObjectSpec | None:
+def _parse_entry(entry: Any, i: int, problems: Problems) -> ObjectSpec[GcpRef] | None:
     where = f"secrets[{i}]"
     obj = expect_map(entry, where, problems)
     if obj is None:
         return None
-    unknown_keys(obj, OBJECT_KEYS, where, "a gcp secrets entry", problems)
+    unknown_keys(obj, OBJECT_KEYS, where, "a gcp secrets entry", problems, upstream=True)
     name = expect_str(obj.get("resourceName"), f"{where}.resourceName", problems, required=True)
     ref = _parse_resource(name, f"{where}.resourceName", problems) if name else None
     path = expect_str(obj.get("path"), f"{where}.path", problems)
@@ -142,22 +157,34 @@ def _parse_entry(entry: Any, i: int, problems: Problems) -> ObjectSpec | None:
     transforms = parse_transforms(obj, where, problems, base=base)
     if ref is None or not (path or file_name):
         return None
-    return ObjectSpec(path or file_name, ref, mode, transforms, field)
+    # Upstream's ObjectVersion id is the resourceName as written (`…/versions/latest`).
+    return ObjectSpec(path or file_name, ref, mode, transforms, field, version_id=name)
 
 
 def _parse_resource(name: str, field: str, problems: Problems) -> GcpRef | None:
     name = name.strip()
-    if _PARAMETER.match(name):
+    located = _ANY_LOCATION.match(name)
+    if located and len(located["location"]) > MAX_LOCATION:
+        # Upstream's check and words (util/location_extractor.go).
         problems.add(
-            f"{field}: {name!r} is a Parameter Manager parameter version; secrets-bridge reads "
-            f"only Secret Manager secret versions ({_FORMATS})"
+            f"{field}: Invalid location: {located['location']}, location length exceeds limit "
+            f"of {MAX_LOCATION} characters"
         )
         return None
     if _GLOBAL.fullmatch(name):
         return GcpRef(name)
     if match := _REGIONAL.fullmatch(name):
         return GcpRef(name, match["location"])
+    if match := _PARAMETER.fullmatch(name):
+        # locations/global is the global Parameter Manager endpoint, as upstream.
+        location = None if match["location"] == "global" else match["location"]
+        return GcpRef(name, location, "parameter")
     hint = ""
+    if re.fullmatch(r"projects/[^/]+/parameters/.+", name):
+        hint = (
+            " (Parameter Manager versions are named with their location: "
+            "projects/<project>/locations/global/parameters/<parameter>/versions/<version>)"
+        )
     if re.fullmatch(r"projects/[^/]+/(locations/[^/]+/)?secrets/[^/]+", name):
         hint = f" (add '/versions/latest' for the newest version: {name}/versions/latest)"
     problems.add(f"{field}: {name!r} is not a secret version name; expected {_FORMATS}{hint}")
@@ -178,7 +205,7 @@ def _extract_key(obj: Mapping[str, Any], where: str, problems: Problems) -> Tran
     return Transforms()
 
 
-def _audience(ctx: ParseContext, auth: AuthMode, problems: Problems) -> Audience | None:
+def _audience(ctx: ParseContext[Options], auth: AuthMode, problems: Problems) -> Audience | None:
     """The workload identity audiences, from the provider's flags (never from parameters)."""
     if auth != "pod-adc":
         return None
@@ -198,26 +225,32 @@ def _audience(ctx: ParseContext, auth: AuthMode, problems: Problems) -> Audience
     return audience
 
 
-def workload_identity_audience(options: Any) -> Audience | None:
+def workload_identity_audience(options: Options | None) -> Audience | None:
     """Audiences as the GCP provider builds them: GKE pool + cluster, or an audience given whole.
 
     For `identitynamespace:<pool>:<provider>` (GKE and fleet workload identity) the pod's token
     is minted for the pool; any other audience (a workload identity federation provider) is
     used for both the pod's token and the exchange.
     """
-    whole = (getattr(options, "workload_identity_audience", None) or "").strip()
+    if options is None:
+        return None
+    whole = (options.workload_identity_audience or "").strip()
     if whole:
         parts = whole.split(":", 2)
         if len(parts) == 3 and parts[0] == "identitynamespace":
             return Audience(token=parts[1], sts=whole)
         return Audience(token=whole, sts=whole)
-    project = getattr(options, "project", None)
-    location = getattr(options, "location", None)
-    cluster = getattr(options, "cluster", None)
+    project, location, cluster = options.project, options.location, options.cluster
     if not (project and location and cluster):
         return None
-    from backends.gcp.options import DEFAULT_GKE_PROVIDER
-
     pool = f"{project}.svc.id.goog"
     provider = f"{DEFAULT_GKE_PROVIDER}/projects/{project}/locations/{location}/clusters/{cluster}"
     return Audience(token=pool, sts=f"identitynamespace:{pool}:{provider}")
+
+
+def audiences(store: GcpStore) -> tuple[str, ...]:
+    """The audience of the pod token a mount of this class needs (`check --json`): the pool's
+    (offline, where it comes from the provider's flags, a placeholder); none for provider-adc."""
+    if store.auth != "pod-adc":
+        return ()
+    return (store.audience.token if store.audience else "<PROJECT>.svc.id.goog",)

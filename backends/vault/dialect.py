@@ -20,9 +20,10 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from backends.vault.objects import parse_objects
+from backends.vault.objects import VaultRef, parse_objects
+from backends.vault.options import Options
 from provider.core.model import ParseContext, StorePlan
-from provider.core.parsing import Problems
+from provider.core.parsing import Problems, go_bool
 
 _PREFIXES = ("vault", "bao", "openbao")
 _OPENBAO_PREFIXES = ("bao", "openbao")
@@ -44,9 +45,6 @@ SPELLINGS: dict[str, tuple[str, ...]] = {
 }
 KEYS = frozenset(k for spellings in SPELLINGS.values() for k in spellings)
 DEFAULT_MOUNT = "kubernetes"
-# Go's strconv.ParseBool, which vault-csi-provider uses for vaultSkipTLSVerify.
-_GO_TRUE = frozenset({"1", "t", "T", "TRUE", "true", "True"})
-_GO_FALSE = frozenset({"0", "f", "F", "FALSE", "false", "False"})
 
 
 @dataclass(frozen=True)
@@ -73,8 +71,8 @@ class VaultStore:
     tls: TLSConfig
 
 
-def parse(params: Mapping[str, str], ctx: ParseContext) -> StorePlan:
-    problems = Problems()
+def parse(params: Mapping[str, str], ctx: ParseContext[Options]) -> StorePlan[VaultStore, VaultRef]:
+    problems = Problems(strict=ctx.strict)
     values = {name: _one_spelling(params, name, problems) for name in SPELLINGS}
     openbao = any(k.startswith(_OPENBAO_PREFIXES) and params.get(k) for k in params if k in KEYS)
     role = values["role"]
@@ -89,7 +87,7 @@ def parse(params: Mapping[str, str], ctx: ParseContext) -> StorePlan:
     # Connection settings: the class's value, else the provider's flag (as upstream overlays
     # its flags with the class). Under `check` there are no flags.
     options = ctx.options
-    default_skip = bool(getattr(options, "skip_verify", False))
+    default_skip = options.skip_verify if options else False
     store = VaultStore(
         address=address.rstrip("/"),
         namespace=_or_option(values, options, "namespace", "namespace").strip("/"),
@@ -102,7 +100,7 @@ def parse(params: Mapping[str, str], ctx: ParseContext) -> StorePlan:
             server_name=_or_option(values, options, "server_name", "tls_server_name"),
             client_cert=_or_option(values, options, "client_cert", "client_cert"),
             client_key=_or_option(values, options, "client_key", "client_key"),
-            skip_verify=_go_bool(
+            skip_verify=go_bool(
                 values["skip_verify"], "vaultSkipTLSVerify", problems, default_skip
             ),
         ),
@@ -126,11 +124,11 @@ def _one_spelling(params: Mapping[str, str], name: str, problems: Problems) -> s
     return given[0][1].strip() if given else ""
 
 
-def _default_address(ctx: ParseContext, problems: Problems) -> str:
+def _default_address(ctx: ParseContext[Options], problems: Problems) -> str:
     if ctx.offline:
         problems.warn("vaultAddress is not set: the provider's --vault-addr / VAULT_ADDR is used")
         return ""
-    addr = getattr(ctx.options, "addr", None) or ""
+    addr = ctx.options.addr if ctx.options else ""
     if not addr:
         problems.add(
             "vaultAddress is not set and the provider has no default: set vaultAddress in the "
@@ -143,12 +141,6 @@ def _or_option(values: Mapping[str, str], options: Any, name: str, option: str) 
     return values[name] or str(getattr(options, option, None) or "")
 
 
-def _go_bool(value: str, field: str, problems: Problems, default: bool = False) -> bool:
-    if value == "":
-        return default
-    if value in _GO_FALSE:
-        return False
-    if value in _GO_TRUE:
-        return True
-    problems.add(f'{field}: expected "true" or "false", got {value!r}')
-    return False
+def audiences(store: VaultStore) -> tuple[str, ...]:
+    """The audiences of the pod tokens a mount of this class needs (`check --json`)."""
+    return (store.audience,)

@@ -65,7 +65,9 @@ class VaultRef:
         return f"{self.method} {self.path}{query}"
 
 
-def parse_objects(raw: str, ctx: ParseContext, problems: Problems) -> list[ObjectSpec]:
+def parse_objects(
+    raw: str, ctx: ParseContext[Any], problems: Problems
+) -> list[ObjectSpec[VaultRef]]:
     if not raw.strip():
         problems.add("objects is required: a YAML list of {objectName, secretPath, ...}")
         return []
@@ -75,26 +77,31 @@ def parse_objects(raw: str, ctx: ParseContext, problems: Problems) -> list[Objec
         problems.items.extend(exc.problems)
         return []
     if len(entries) > ctx.max_objects:
-        problems.add(f"objects: {len(entries)} objects is over the limit of {ctx.max_objects}")
+        problems.add(
+            f"objects: {len(entries)} objects is over the limit of {ctx.max_objects} "
+            "(--max-objects)"
+        )
         return []
     specs = [spec for i, e in enumerate(entries) if (spec := _parse_object(e, i, problems))]
     unique_names([(s.name, s.field) for s in specs], "objectName", problems)
     return specs
 
 
-def _parse_object(entry: Any, i: int, problems: Problems) -> ObjectSpec | None:
+def _parse_object(entry: Any, i: int, problems: Problems) -> ObjectSpec[VaultRef] | None:
     where = f"objects[{i}]"
     obj = expect_map(entry, where, problems)
     if obj is None:
         return None
-    unknown_keys(obj, OBJECT_KEYS, where, "a vault object", problems)
+    unknown_keys(obj, OBJECT_KEYS, where, "a vault object", problems, upstream=True)
     name = expect_str(obj.get("objectName"), f"{where}.objectName", problems, required=True)
     ref = _parse_ref(obj, where, problems)
     key = expect_str(obj.get("secretKey"), f"{where}.secretKey", problems)
     encoding = expect_str(obj.get("encoding"), f"{where}.encoding", problems).lower()
     if encoding not in ("", "utf-8", "utf8", "base64", "hex"):
         problems.add(f"{where}.encoding: expected utf-8, base64 or hex, got {encoding!r}")
-    decode: Any = encoding if encoding in ("base64", "hex") else None
+    # Upstream applies `encoding` only to a secretKey's value (provider.go), never to the
+    # whole JSON response.
+    decode: Any = encoding if key and encoding in ("base64", "hex") else None
     base = Transforms(extract_key=key or None, parse_as="json", decode=decode)
     transforms = parse_transforms(obj, where, problems, base=base)
     mode = parse_mode(obj.get("filePermission"), f"{where}.filePermission", problems)

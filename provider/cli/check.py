@@ -1,50 +1,173 @@
-"""`secrets-bridge check SPC.yaml`: validate a class offline with the parser `Mount` uses.
+"""`secrets-bridge check FILE... [--json]`: validate classes offline with the parser `Mount`
+uses — the migration tool.
 
-No provider flags, no file reads beyond the manifest, no network: a parameter that would fall
-back to a provider-level default (the Vault address, the GCP pool) is a warning here.
+Each file (or `-`, standard input) may hold several SecretProviderClasses, or a List of them as
+`kubectl get secretproviderclasses -A -o yaml` prints it. No provider flags beyond the limits
+`serve` applies (`--max-objects`, `--max-response-bytes`, `--strict-parameters`, read from the
+same SECRETS_BRIDGE_* variables), no file reads beyond the manifests, no network: a parameter
+that would fall back to a provider-level default (the Vault address, the GCP pool) is a warning.
+
+Exit status: 0 every class is valid (warnings allowed); 1 a class is invalid, or a file cannot
+be read or holds no SecretProviderClass; 2 usage (unknown flag, bad flag value).
 """
 
 from __future__ import annotations
 
+import dataclasses
+import json
+from typing import Any
+
+from backends import registry
 from provider.cli import spc
 from provider.core.errors import InvalidParameters
-from provider.mount.planning import parse_plan
+from provider.mount.planning import MountPlan, parse_plan
+
+EXIT_OK, EXIT_INVALID, EXIT_USAGE = 0, 1, 2
 
 
-def run(path: str) -> int:
+@dataclasses.dataclass
+class Limits:
+    max_objects: int = 100
+    max_response_bytes: int = 4 * 1024 * 1024
+    strict_parameters: bool = False
+
+
+def run(files: list[str], *, as_json: bool = False, limits: Limits | None = None) -> int:
+    limits = limits or Limits()
+    reports: list[dict[str, Any]] = []
+    for path in files:
+        reports.extend(_check_file(path, limits))
+    if as_json:
+        document = {
+            "valid": all(r["valid"] for r in reports),
+            "limits": dataclasses.asdict(limits),
+            "classes": reports,
+        }
+        print(json.dumps(document, indent=2, default=str))
+    else:
+        for report in reports:
+            _print_text(report)
+    return EXIT_OK if all(r["valid"] for r in reports) else EXIT_INVALID
+
+
+def _check_file(path: str, limits: Limits) -> list[dict[str, Any]]:
+    source = "<stdin>" if path == "-" else path
     try:
         classes = spc.load(path)
     except InvalidParameters as exc:
-        _print_problems(path, exc.problems)
-        return 1
-    ok = True
-    for cls in classes:
-        label = f"SecretProviderClass {cls.name}"
-        problems: list[str] = []
-        warnings: list[str] = []
-        if cls.provider != spc.PROVIDER_NAME:
-            problems.append(
-                f"spec.provider is {cls.provider!r}; set it to {spc.PROVIDER_NAME!r} so the "
-                "driver calls secrets-bridge"
-            )
-        try:
-            plan = parse_plan(cls.parameters, options_for=None, enable_fake=True)
-        except InvalidParameters as exc:
-            problems.extend(exc.problems)
-        else:
-            warnings.extend(plan.warnings)
-            if plan.store.backend == "fake":
-                warnings.append("backend 'fake' is accepted only with --enable-fake-backend")
-        for w in warnings:
-            print(f"{path}: {label}: warning: {w}")
-        if problems:
-            ok = False
-            _print_problems(f"{path}: {label}", problems)
-        else:
-            print(f"{path}: {label}: valid")
-    return 0 if ok else 1
+        return [_report(source, None, problems=exc.problems)]
+    return [_check_class(source, cls, limits) for cls in classes]
 
 
-def _print_problems(where: str, problems: list[str]) -> None:
-    for p in problems:
-        print(f"{where}: error: {p}")
+def _check_class(source: str, cls: spc.SecretProviderClass, limits: Limits) -> dict[str, Any]:
+    problems: list[str] = []
+    warnings: list[str] = []
+    if cls.provider != spc.PROVIDER_NAME:
+        problems.append(
+            f"spec.provider is {cls.provider!r}; set it to {spc.PROVIDER_NAME!r} so the "
+            "driver calls secrets-bridge"
+        )
+    plan = None
+    try:
+        plan = parse_plan(
+            cls.parameters,
+            options_for=None,
+            enable_fake=True,
+            max_objects=limits.max_objects,
+            strict=limits.strict_parameters,
+        )
+    except InvalidParameters as exc:
+        problems.extend(exc.problems)
+        warnings.extend(getattr(exc, "warnings", ()))
+    else:
+        warnings.extend(plan.warnings)
+        if plan.store.backend == "fake":
+            warnings.append("backend 'fake' is accepted only with --enable-fake-backend")
+    return _report(source, cls, plan, problems, warnings)
+
+
+def _report(
+    source: str,
+    cls: spc.SecretProviderClass | None,
+    plan: MountPlan | None = None,
+    problems: list[str] | None = None,
+    warnings: list[str] | None = None,
+) -> dict[str, Any]:
+    problems = problems or []
+    report: dict[str, Any] = {
+        "source": source,
+        "name": cls.name if cls else None,
+        "namespace": cls.namespace if cls else None,
+        "valid": not problems,
+        "backend": plan.store.backend if plan else None,
+        "store": _plain(plan.store.store) if plan else None,
+        "audiences": _audiences(plan) if plan else [],
+        "files": _files(plan) if plan else [],
+        "warnings": warnings or [],
+        "errors": problems,
+    }
+    return report
+
+
+def _plain(store: Any) -> Any:
+    if dataclasses.is_dataclass(store) and not isinstance(store, type):
+        return dataclasses.asdict(store)
+    return str(store)
+
+
+def _audiences(plan: MountPlan) -> list[str]:
+    """The audiences the kubelet must mint the pods' tokens for (the CSIDriver's
+    tokenRequests); empty when the store does not log in with the pod's token, or offline
+    when it comes from the provider's flags (GCP)."""
+    module = registry.dialect_module(plan.store.backend)
+    return list(module.audiences(plan.store.store))
+
+
+def _mode(mode: int | None) -> str | None:
+    # None: the driver's `permission` (the volume's default, usually 0644).
+    return None if mode is None else f"{mode:04o}"
+
+
+def _files(plan: MountPlan) -> list[dict[str, Any]]:
+    files: list[dict[str, Any]] = []
+    for spec in plan.store.objects:
+        if not spec.transforms.file:
+            continue
+        files.append(
+            {
+                "path": spec.name,
+                "mode": _mode(spec.mode),
+                "object": spec.field,
+                "version_id": spec.version_id or spec.name,
+                # explode: one file per top-level key of the value, under this directory.
+                "directory": spec.transforms.explode,
+            }
+        )
+    for tmpl in plan.templates:
+        files.append(
+            {
+                "path": tmpl.path,
+                "mode": _mode(tmpl.mode),
+                "object": tmpl.field,
+                "version_id": tmpl.path,
+                "directory": False,
+            }
+        )
+    return files
+
+
+def _print_text(report: dict[str, Any]) -> None:
+    where = report["source"]
+    if report["name"] is not None:
+        where += f": SecretProviderClass {report['name']}"
+    for warning in report["warnings"]:
+        print(f"{where}: warning: {warning}")
+    for problem in report["errors"]:
+        print(f"{where}: error: {problem}")
+    if report["valid"]:
+        paths = ", ".join(f["path"] for f in report["files"])
+        audiences = ", ".join(report["audiences"]) or "none"
+        print(
+            f"{where}: valid ({report['backend']}; files: {paths}; pod token audiences: "
+            f"{audiences})"
+        )

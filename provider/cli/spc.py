@@ -3,6 +3,7 @@ accept them: `spec.parameters` is a map of strings."""
 
 from __future__ import annotations
 
+import sys
 from dataclasses import dataclass
 
 import yaml
@@ -21,22 +22,46 @@ class SecretProviderClass:
 
 
 def load(path: str) -> list[SecretProviderClass]:
-    """Every SecretProviderClass in a (multi-document) YAML file."""
+    """Every SecretProviderClass in a (multi-document) YAML file; `-` is standard input."""
     try:
-        with open(path, encoding="utf-8") as fh:
-            docs = [d for d in yaml.safe_load_all(fh) if d is not None]
+        if path == "-":
+            text = sys.stdin.read()
+        else:
+            with open(path, encoding="utf-8") as fh:
+                text = fh.read()
     except OSError as exc:
-        raise InvalidParameters(f"{path}: cannot read the file ({exc.strerror})") from None
+        raise InvalidParameters(f"cannot read the file ({exc.strerror})") from None
+    except UnicodeDecodeError:
+        raise InvalidParameters("cannot read the file (not UTF-8 text)") from None
+    try:
+        docs = [d for d in yaml.safe_load_all(text) if d is not None]
     except yaml.YAMLError as exc:
-        raise InvalidParameters(f"{path}: not valid YAML ({str(exc).splitlines()[0]})") from None
+        raise InvalidParameters(f"not valid YAML: {_yaml_problem(exc)}") from None
+    # `kubectl get secretproviderclasses -A -o yaml` prints one List of them.
+    items = [
+        item
+        for d in docs
+        for item in (
+            d.get("items") or [] if isinstance(d, dict) and d.get("kind") == "List" else [d]
+        )
+    ]
     classes = [
         _parse(d, path)
-        for d in docs
+        for d in items
         if isinstance(d, dict) and d.get("kind") == "SecretProviderClass"
     ]
     if not classes:
-        raise InvalidParameters(f"{path}: no object of kind SecretProviderClass in the file")
+        raise InvalidParameters("no object of kind SecretProviderClass in the file")
     return classes
+
+
+def _yaml_problem(exc: yaml.YAMLError) -> str:
+    """The parser's complaint with the line and column it names (1-based, as editors count)."""
+    mark = getattr(exc, "problem_mark", None)
+    problem = getattr(exc, "problem", None) or str(exc).splitlines()[0]
+    if mark is None:
+        return str(problem)
+    return f"line {mark.line + 1}, column {mark.column + 1}: {problem}"
 
 
 def _parse(doc: dict[str, object], path: str) -> SecretProviderClass:
@@ -44,7 +69,7 @@ def _parse(doc: dict[str, object], path: str) -> SecretProviderClass:
     spec = doc.get("spec")
     assert isinstance(meta, dict)
     name = str(meta.get("name", ""))
-    where = f"{path}: SecretProviderClass {name or '(unnamed)'}"
+    where = f"SecretProviderClass {name or '(unnamed)'}"
     if not isinstance(spec, dict):
         raise InvalidParameters(f"{where}: spec is missing")
     params = spec.get("parameters") or {}

@@ -14,8 +14,8 @@ from typing import Any
 from backends import registry
 from provider.core.errors import InvalidParameters
 from provider.core.files import overlap_problems, path_problem
-from provider.core.model import ParseContext, StorePlan
-from provider.core.parsing import Problems
+from provider.core.model import AnyPlan, ParseContext
+from provider.core.parsing import Problems, yaml_node_budget
 from provider.mount import templates
 from provider.mount.templates import TemplateSpec
 
@@ -26,7 +26,7 @@ COMMON_KEYS = frozenset({"backend", "templates", "secretProviderClass"})
 
 @dataclass(frozen=True)
 class MountPlan:
-    store: StorePlan
+    store: AnyPlan
     templates: tuple[TemplateSpec, ...]
     warnings: tuple[str, ...]
 
@@ -37,12 +37,24 @@ def parse_plan(
     options_for: Callable[[str], Any] | None,
     enable_fake: bool,
     max_objects: int = 100,
+    strict: bool = False,
 ) -> MountPlan:
-    """Parse and validate. `options_for` is None under `check` (no provider flags)."""
+    """Parse and validate. `options_for` is None under `check` (no provider flags); `strict`
+    (`--strict-parameters`) refuses unknown object keys instead of warning about them."""
     name = _backend_name(params, enable_fake)
     module = registry.dialect_module(name)
-    ctx = ParseContext(options=options_for(name) if options_for else None, max_objects=max_objects)
-    store: StorePlan = module.parse(params, ctx)
+    options = options_for(name) if options_for else None
+    ctx = ParseContext(options=options, max_objects=max_objects, strict=strict)
+    # One YAML node budget for the whole class, so its parse time is bounded.
+    with yaml_node_budget():
+        store: AnyPlan = module.parse(params, ctx)
+        return _finish(params, name, module, store, max_objects)
+
+
+def _finish(
+    params: Mapping[str, str], name: str, module: Any, store: AnyPlan, max_objects: int
+) -> MountPlan:
+    """The checks every dialect shares: object limit, templates, paths, unknown keys."""
     problems = Problems()
     problems.warnings.extend(store.warnings)
     if len(store.objects) > max_objects:
@@ -92,7 +104,7 @@ def _suggest(params: Mapping[str, str], available: list[str]) -> str:
     return f" (the parameters look like the {best} dialect: add backend: {best})"
 
 
-def _check_paths(store: StorePlan, specs: tuple[TemplateSpec, ...], problems: Problems) -> None:
+def _check_paths(store: AnyPlan, specs: tuple[TemplateSpec, ...], problems: Problems) -> None:
     paths: list[str] = []
     for spec in store.objects:
         problem = path_problem(spec.name)

@@ -144,7 +144,7 @@ def test_mount_with_csidriver_rules(tmp_path: Path) -> None:
         str(EXAMPLES / "fake-store.yaml"),
     ]
     refused = cli(*args, "--csidriver", str(csidriver))
-    assert refused.returncode == 1 and "Ephemeral" in refused.stdout
+    assert refused.returncode == 1 and "Ephemeral" in refused.stderr
 
     csidriver.write_text(
         yaml.safe_dump(
@@ -166,5 +166,6 @@ def test_mount_with_csidriver_rules(tmp_path: Path) -> None:
     args[1] = spc_path
     dropped = cli(*args, "--csidriver", str(csidriver), "--token", f"fake-aud={token}")
     assert dropped.returncode == 1
-    assert "no token for audience 'fake-aud'" in dropped.stdout
-    assert "FAILED_PRECONDITION" in dropped.stdout and "tokenRequests" in dropped.stdout
+    assert "no token for audience 'fake-aud'" in dropped.stderr
+    assert "FAILED_PRECONDITION" in dropped.stderr and "tokenRequests" in dropped.stderr
+    assert dropped.stdout == ""
