@@ -43,19 +43,33 @@ def add_serve_flags(parser: argparse.ArgumentParser, *, with_socket: bool = True
     _flag(g, "--cache-ttl", 0.0, "seconds a fetched value is reused (0 = off)", type=float)
     _flag(
         g,
-        "--revalidate-max-age",
-        600.0,
-        "AWS: seconds a value may be confirmed by DescribeSecret instead of re-read (0 = off)",
-        type=float,
-    )
-    _flag(
-        g,
         "--serve-stale-max-age",
         0.0,
         "seconds the last good value may be served while its store is unavailable (0 = off)",
         type=float,
     )
+    _flag(
+        g,
+        "--serve-stale-wait",
+        3.0,
+        "seconds a mount with a stale copy waits for its store before the copy is served",
+        type=float,
+    )
+    _flag(
+        g,
+        "--store-call-timeout",
+        10.0,
+        "seconds one store call (login, read) may take before it counts as unavailable",
+        type=float,
+    )
     _flag(g, "--max-concurrent-fetches", 64, "store fetch calls in flight per backend", type=int)
+    _flag(
+        g,
+        "--max-concurrent-fetches-per-namespace",
+        16,
+        "of those, fetch calls one namespace may have in flight (its share)",
+        type=int,
+    )
     _flag(g, "--rate-limit", "", "fetch calls per second per backend, e.g. 'aws=40,azure=400'")
     _flag(
         g,
@@ -81,6 +95,7 @@ def add_serve_flags(parser: argparse.ArgumentParser, *, with_socket: bool = True
     )
     _flag(g, "--max-objects", 100, "most objects in one class", type=int)
     _flag(g, "--max-response-bytes", 4 * 1024 * 1024, "largest answer", type=int)
+    _strict_flag(g)
     _flag(
         g,
         "--enable-fake-backend",
@@ -92,34 +107,51 @@ def add_serve_flags(parser: argparse.ArgumentParser, *, with_socket: bool = True
     )
     _flag(g, "--kube-api-url", None, "Kubernetes API URL (default: in-cluster config)")
     for name in registry.names():
-        options_cls = registry.options_class(name)
-        if options_cls is not None:
-            add_options_flags(parser, name, options_cls)
+        add_options_flags(parser, name, registry.options_class(name))
+
+
+def _strict_flag(group: Any) -> None:
+    _flag(
+        group,
+        "--strict-parameters",
+        False,
+        "refuse unknown keys inside objects instead of warning (upstream ignores them)",
+        type=parse_bool,
+        nargs="?",
+        const=True,
+    )
 
 
 def settings_from_args(args: argparse.Namespace) -> ServeSettings:
+    if float(args.store_call_timeout) <= 0 or int(args.max_concurrent_fetches_per_namespace) < 1:
+        raise InvalidParameters(
+            "--store-call-timeout must be positive and --max-concurrent-fetches-per-namespace "
+            "at least 1"
+        )
     namespaces = frozenset(
         n.strip() for n in args.allow_node_identity_namespaces.split(",") if n.strip()
     )
     core = CoreSettings(
         cache_ttl=float(args.cache_ttl),
-        revalidate_max_age=float(args.revalidate_max_age),
         serve_stale_max_age=float(args.serve_stale_max_age),
+        serve_stale_wait=float(args.serve_stale_wait),
+        store_call_timeout=float(args.store_call_timeout),
         max_concurrent_fetches=int(args.max_concurrent_fetches),
+        max_concurrent_fetches_per_namespace=int(args.max_concurrent_fetches_per_namespace),
         rate_limits=parse_rate_limits(args.rate_limit, registry.names()),
         cache_scope=args.cache_scope,
         allow_node_identity_namespaces=namespaces,
         token_request_fallback=parse_bool(args.token_request_fallback),
         max_objects=int(args.max_objects),
         max_response_bytes=int(args.max_response_bytes),
+        strict_parameters=parse_bool(args.strict_parameters),
         enable_fake_backend=parse_bool(args.enable_fake_backend),
         kube_api_url=args.kube_api_url,
     )
-    options = {}
-    for name in registry.names():
-        options_cls = registry.options_class(name)
-        if options_cls is not None:
-            options[name] = options_from_args(args, name, options_cls)
+    options = {
+        name: options_from_args(args, name, registry.options_class(name))
+        for name in registry.names()
+    }
     return ServeSettings(
         socket=getattr(args, "socket", DEFAULT_SOCKET),
         health_addr=getattr(args, "health_addr", "0.0.0.0:8098"),
@@ -161,7 +193,25 @@ def _add_flags(name: str, cmd: argparse.ArgumentParser) -> None:
     if name == "serve":
         add_serve_flags(cmd)
     elif name == "check":
-        cmd.add_argument("file", help="YAML file holding a SecretProviderClass")
+        cmd.add_argument(
+            "files",
+            nargs="+",
+            metavar="FILE",
+            help="YAML file(s) holding SecretProviderClasses (or a List of them); - is stdin",
+        )
+        cmd.add_argument(
+            "--json", action="store_true", help="print one JSON document: per class, its files"
+        )
+        g = cmd.add_argument_group("the limits serve applies")
+        _flag(g, "--max-objects", 100, "most objects in one class", type=int)
+        _flag(g, "--max-response-bytes", 4 * 1024 * 1024, "largest answer", type=int)
+        # A plain switch here: an optional value would swallow the first FILE.
+        g.add_argument(
+            "--strict-parameters",
+            action="store_true",
+            default=parse_bool(env_default("--strict-parameters", False)),
+            help="refuse unknown keys inside objects, as serve --strict-parameters does",
+        )
     elif name == "mount":
         from provider.cli import mount as driver
 
@@ -187,7 +237,18 @@ def main(argv: Sequence[str] | None = None) -> int:
     if args.command == "check":
         from provider.cli import check as checking
 
-        return checking.run(args.file)
+        if int(args.max_objects) < 1 or int(args.max_response_bytes) < 1:
+            print("secrets-bridge check: the limits must be positive", file=sys.stderr)
+            return checking.EXIT_USAGE
+        if args.files.count("-") > 1:
+            print("secrets-bridge check: standard input (-) can be read once", file=sys.stderr)
+            return checking.EXIT_USAGE
+        limits = checking.Limits(
+            max_objects=int(args.max_objects),
+            max_response_bytes=int(args.max_response_bytes),
+            strict_parameters=parse_bool(args.strict_parameters),
+        )
+        return checking.run(args.files, as_json=args.json, limits=limits)
     try:
         settings = settings_from_args(args)
     except InvalidParameters as exc:
@@ -198,8 +259,13 @@ def main(argv: Sequence[str] | None = None) -> int:
     logs.configure(settings.log_level, settings.log_format)
     if args.command == "serve":
         from provider.edge import app
+        from provider.edge.startup import StartupError
 
-        return asyncio.run(app.serve(settings))
+        try:
+            return asyncio.run(app.serve(settings))
+        except StartupError as exc:
+            print(f"secrets-bridge serve: {exc}", file=sys.stderr)
+            return 1
     if args.command == "mount":
         from provider.cli import mount as driver
 

@@ -14,6 +14,7 @@ import contextlib
 import json
 import os
 import shutil
+import sys
 import tempfile
 import time
 import uuid
@@ -37,9 +38,15 @@ def add_mount_flags(p: argparse.ArgumentParser) -> None:
     p.add_argument("--target", required=True, help="directory to write the volume into")
     p.add_argument("--provider-socket", help="call a running provider (default: in-process)")
     p.add_argument("--namespace", help="pod namespace (default: the class's namespace)")
-    p.add_argument("--pod-name", default="secrets-bridge-mount")
-    p.add_argument("--pod-uid", default="")
-    p.add_argument("--service-account", default="default")
+    p.add_argument(
+        "--pod-name", default="secrets-bridge-mount", help="the pod's name, as the kubelet sends it"
+    )
+    p.add_argument("--pod-uid", default="", help="the pod's uid (keys --cache-scope pod)")
+    p.add_argument(
+        "--service-account",
+        default="default",
+        help="the pod's service account: part of the identity every store sees",
+    )
     p.add_argument(
         "--token",
         action="append",
@@ -91,7 +98,8 @@ def kubelet_keys(
     tokens: Mapping[str, str] | None = None,
 ) -> dict[str, str]:
     """What the kubelet adds to an inline volume's context: the pod's identity and, when the
-    CSIDriver requests tokens, their JSON — a string inside the attributes JSON (SPEC §1)."""
+    CSIDriver requests tokens, their JSON — a string inside the attributes JSON
+    (docs/architecture.md)."""
     keys = {
         "csi.storage.k8s.io/pod.name": pod_name,
         "csi.storage.k8s.io/pod.namespace": namespace,
@@ -113,7 +121,7 @@ def build_request(
     tokens: Mapping[str, str],
     rules: CSIDriverRules | None,
 ) -> provider_pb2.MountRequest:
-    """The driver's request: SPC parameters overlaid by the volume context (SPEC §1)."""
+    """The driver's request: SPC parameters overlaid by the volume context."""
     attributes: dict[str, str] = dict(cls.parameters)
     for item in args.volume_attribute:
         key, sep, value = item.partition("=")
@@ -153,7 +161,8 @@ def read_tokens(items: list[str], rules: CSIDriverRules | None) -> dict[str, str
         if rules is not None and rules.audiences is not None and audience not in rules.audiences:
             print(
                 f"kubelet: no token for audience {audience!r}: the CSIDriver's tokenRequests "
-                f"lists only {sorted(rules.audiences)}"
+                f"lists only {sorted(rules.audiences)}",
+                file=sys.stderr,
             )
             continue
         with open(path, encoding="utf-8") as fh:
@@ -162,7 +171,7 @@ def read_tokens(items: list[str], rules: CSIDriverRules | None) -> dict[str, str
 
 
 def check_response(response: provider_pb2.MountResponse) -> None:
-    """Refuse what the driver refuses (SPEC §1, "What the driver does with the answer")."""
+    """Refuse what the driver refuses (docs/architecture.md)."""
     if response.error.code:
         raise InvalidParameters(f"the provider answered error code {response.error.code!r}")
     if not response.object_version:
@@ -224,7 +233,9 @@ async def _provider(args: argparse.Namespace, settings: ServeSettings) -> AsyncI
     with tempfile.TemporaryDirectory(prefix="secrets-bridge-") as tmp:
         socket = os.path.join(tmp, "provider.sock")
         metrics = Metrics()
-        mounter, backends = build_mounter(settings, metrics)
+        # One mount's versions are only printed: a random key is fine, and warning about it on
+        # every run would only teach people to ignore warnings.
+        mounter, backends = build_mounter(settings, metrics, warn_random_key=False)
         server = build_server(
             ProviderServicer(mounter=mounter, metrics=metrics),
             max_send_bytes=settings.core.max_response_bytes + 65536,
@@ -238,31 +249,46 @@ async def _provider(args: argparse.Namespace, settings: ServeSettings) -> AsyncI
             await backends.close()
 
 
+def _not_a_directory(path: str) -> bool:
+    return os.path.lexists(path) and not os.path.isdir(path)
+
+
+def _fail(message: str) -> int:
+    """One line on stderr, as every other command reports a failure; stdout keeps the files."""
+    print(f"secrets-bridge mount: {message}", file=sys.stderr)
+    return 1
+
+
 async def run(args: argparse.Namespace, settings: ServeSettings) -> int:
     from provider.edge.server import dial
 
+    if _not_a_directory(args.target):
+        return _fail(f"--target {args.target} exists and is not a directory; name a directory")
     try:
         rules = load_csidriver(args.csidriver) if args.csidriver else None
         if rules is not None and not rules.ephemeral:
-            print(
+            return _fail(
                 "kubelet: the CSIDriver does not list Ephemeral in spec.volumeLifecycleModes, "
                 "so pods cannot use it in an inline volume"
             )
-            return 1
-        cls = spc.load(args.file)[0]
+        try:
+            cls = spc.load(args.file)[0]
+        except InvalidParameters as exc:
+            return _fail(f"{args.file}: {exc}")
         request = build_request(cls, args, read_tokens(args.token, rules), rules)
         async with _provider(args, settings) as socket, dial(socket) as channel:
             stub = provider_pb2_grpc.CSIDriverProviderStub(channel)
             response = await stub.Mount(request, timeout=args.timeout, wait_for_ready=True)
         check_response(response)
     except InvalidParameters as exc:
-        print(f"mount refused: {exc}")
-        return 1
+        return _fail(f"mount refused: {exc}")
     except grpc.aio.AioRpcError as exc:
-        print(f"mount failed: {exc.code().name}: {exc.details()}")
-        return 1
+        return _fail(f"mount failed: {exc.code().name}: {exc.details()}")
     files = [(f.path, f.mode, f.contents) for f in response.files]
-    write_atomically(args.target, files)
+    try:
+        write_atomically(args.target, files)
+    except OSError as exc:
+        return _fail(f"cannot write into --target {args.target}: {exc.strerror or exc}")
     for path, mode, contents in files:
         print(f"{oct(mode)[2:]:>4} {len(contents):>7} {os.path.join(args.target, path)}")
         if args.print_contents:

@@ -1,4 +1,4 @@
-"""The files of an answer, and the driver's rules for them (SPEC §1, "What the driver does").
+"""The files of an answer, and the driver's rules for them (docs/architecture.md).
 
 The driver rejects the whole answer when one path breaks a rule, so every path is checked here
 first and refused with a message naming the object. `check` applies the same rules offline.

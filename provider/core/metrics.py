@@ -1,24 +1,39 @@
 """Prometheus metrics of one provider process, on a registry of its own (no global state).
 
 Labels never carry secret material: only backend names, operations, outcomes and gRPC codes.
+Besides the provider's own series, the registry carries prometheus-client's process collector
+(memory, CPU, open file descriptors: what an operator needs to see a leak on one node) and a
+build-info series (the version per node, to see a skew during a rollout).
 """
 
 from __future__ import annotations
 
+import platform
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import Any
 
-from prometheus_client import CollectorRegistry, Counter, Histogram, generate_latest
+from prometheus_client import (
+    CollectorRegistry,
+    Counter,
+    Histogram,
+    Info,
+    ProcessCollector,
+    generate_latest,
+)
 
 _LATENCY_BUCKETS = (0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30)
 
 
 class Metrics:
-    def __init__(self) -> None:
+    def __init__(self, version: str = "") -> None:
         self.registry = CollectorRegistry()
         r = self.registry
+        ProcessCollector(registry=r)
+        Info("secrets_bridge_build", "Version of the provider and its Python", registry=r).info(
+            {"version": version or _version(), "python": platform.python_version()}
+        )
         self.mount_requests = Counter(
             "secrets_bridge_mount_requests",
             "Mount requests by backend and gRPC code",
@@ -77,6 +92,12 @@ class Metrics:
 
     def render(self) -> bytes:
         return generate_latest(self.registry)
+
+
+def _version() -> str:
+    from provider import __version__
+
+    return __version__
 
 
 class _CacheCounter:

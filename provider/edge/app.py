@@ -9,17 +9,25 @@ import contextlib
 import logging
 import os
 import signal
+from collections.abc import Awaitable, Callable
 from typing import Any
 
 from backends import registry
+from provider.core.backend import AnyBackend, BackendEnv
 from provider.core.caching import ExpiringCache
 from provider.core.kube import KubeClient
+from provider.core.limits import namespace_of
 from provider.core.metrics import Metrics
-from provider.core.model import Backend, BackendEnv
 from provider.core.settings import CoreSettings, ServeSettings
 from provider.core.versions import Versioner
 from provider.edge import http
 from provider.edge.server import ProviderServicer, build_server
+from provider.edge.startup import (
+    StartupError,
+    claim_socket,
+    release_socket,
+    socket_identity,
+)
 from provider.mount.fetching import Fetcher
 from provider.mount.mounting import Mounter
 
@@ -34,21 +42,30 @@ class Backends:
         self._options = options
         self._metrics = metrics
         self._kube = KubeClient(core.kube_api_url)
+        # Evicted by namespace share: thousands of throwaway roles in one namespace cannot
+        # push another namespace's credentials out (issue 20).
         self._credentials: ExpiringCache[Any] = ExpiringCache(
-            on_event=metrics.cache_counter("credentials")
+            on_event=metrics.cache_counter("credentials"), tenant_of=namespace_of
         )
-        self._built: dict[str, Backend] = {}
+        self._built: dict[str, AnyBackend] = {}
+        self._closers: list[Callable[[], Awaitable[None]]] = []
+
+    def on_close(self, close: Callable[[], Awaitable[None]]) -> None:
+        """Run `close` at shutdown before the backends close (the fetcher's loads use them)."""
+        self._closers.append(close)
 
     def options_for(self, name: str) -> Any:
-        return self._options.get(name)
+        """The store's Options from the flags, or its defaults when none were parsed."""
+        options = self._options.get(name)
+        return options if options is not None else registry.options_class(name)()
 
-    def get(self, name: str) -> Backend:
+    def get(self, name: str) -> AnyBackend:
         backend = self._built.get(name)
         if backend is None:
             env = BackendEnv(
                 name=name,
                 core=self._core,
-                options=self._options.get(name),
+                options=self.options_for(name),
                 kube=self._kube,
                 metrics=self._metrics,
                 credentials=self._credentials,
@@ -57,15 +74,20 @@ class Backends:
         return backend
 
     async def close(self) -> None:
+        for close in self._closers:
+            with contextlib.suppress(Exception):
+                await close()
         for backend in self._built.values():
             with contextlib.suppress(Exception):
                 await backend.close()
         await self._kube.close()
 
 
-def load_versioner(path: str | None) -> Versioner:
+def load_versioner(path: str | None, *, warn: bool = True) -> Versioner:
     if path:
         return Versioner.from_file(path)
+    if not warn:
+        return Versioner.random()
     log.warning(
         "no --hmac-key-file: object versions use a random per-process key and change on "
         "restart, so every pod's files look rotated after a provider restart"
@@ -73,33 +95,32 @@ def load_versioner(path: str | None) -> Versioner:
     return Versioner.random()
 
 
-def build_mounter(settings: ServeSettings, metrics: Metrics) -> tuple[Mounter, Backends]:
+def build_mounter(
+    settings: ServeSettings, metrics: Metrics, *, warn_random_key: bool = True
+) -> tuple[Mounter, Backends]:
     core = settings.core
     backends = Backends(core=core, options=dict(settings.backend_options), metrics=metrics)
     fetcher = Fetcher(
         cache_ttl=core.cache_ttl,
         metrics=metrics,
         serve_stale_max_age=core.serve_stale_max_age,
+        serve_stale_wait=core.serve_stale_wait,
         max_concurrent_fetches=core.max_concurrent_fetches,
+        max_concurrent_fetches_per_namespace=core.max_concurrent_fetches_per_namespace,
         rate_limits=core.rate_limits,
     )
+    backends.on_close(fetcher.close)
     mounter = Mounter(
         backend_for=backends.get,
         options_for=backends.options_for,
         fetcher=fetcher,
-        versioner=load_versioner(settings.hmac_key_file),
+        versioner=load_versioner(settings.hmac_key_file, warn=warn_random_key),
         enable_fake=core.enable_fake_backend,
         max_objects=core.max_objects,
         max_response_bytes=core.max_response_bytes,
+        strict_parameters=core.strict_parameters,
     )
     return mounter, backends
-
-
-def _bind_socket(path: str) -> None:
-    """Prepare the socket path: parent directory present, stale socket removed."""
-    os.makedirs(os.path.dirname(path) or ".", exist_ok=True)
-    with contextlib.suppress(FileNotFoundError):
-        os.unlink(path)
 
 
 async def serve(
@@ -113,17 +134,18 @@ async def serve(
     mounter, backends = build_mounter(settings, metrics)
     servicer = ProviderServicer(mounter=mounter, metrics=metrics)
     server = build_server(servicer, max_send_bytes=settings.core.max_response_bytes + 65536)
-    _bind_socket(settings.socket)
-    # Only the driver (root on the node) may connect: no world access to the socket.
-    old_umask = os.umask(0o117)
+    # Nothing is bound before every check passed: a refused start leaves no socket behind.
+    await claim_socket(settings.socket)
     try:
-        server.add_insecure_port(f"unix://{settings.socket}")
-        await server.start()
-    finally:
-        os.umask(old_umask)
-    runner = await http.start(
-        http.build_app(socket_path=settings.socket, metrics=metrics), settings.health_addr
-    )
+        runner = await http.start(
+            http.build_app(socket_path=settings.socket, metrics=metrics), settings.health_addr
+        )
+    except OSError as exc:
+        await backends.close()
+        raise StartupError(
+            f"--health-addr {settings.health_addr}: cannot listen ({exc.strerror or exc})"
+        ) from None
+    ours = await _bind(server, settings.socket)
     stop = stop or asyncio.Event()
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGTERM, signal.SIGINT):
@@ -138,16 +160,41 @@ async def serve(
     finally:
         log.info("stopping", extra={"fields": {"grace_period": settings.grace_period}})
         # Stop accepting at once; in-flight mounts get the grace period to finish.
-        await asyncio.shield(_shutdown(server, runner, backends, settings))
+        await asyncio.shield(_shutdown(server, runner, backends, settings, ours))
         for sig in (signal.SIGTERM, signal.SIGINT):
             loop.remove_signal_handler(sig)
     return 0
 
 
-async def _shutdown(server: Any, runner: Any, backends: Backends, settings: ServeSettings) -> None:
+async def _bind(server: Any, path: str) -> tuple[int, int] | None:
+    """Bind the gRPC server to `path`, and return the socket's identity.
+
+    gRPC unlinks its listening path when it stops, whatever is there by then; so it binds a
+    private name beside `path`, which is then renamed into place (atomically). At shutdown gRPC
+    removes only that private name (long gone), and `release_socket` removes `path` only if it
+    is still ours.
+    """
+    private = os.path.join(os.path.dirname(path) or ".", f".{os.path.basename(path)}.{os.getpid()}")
+    # Only the driver (root on the node) may connect: no world access to the socket.
+    old_umask = os.umask(0o117)
+    try:
+        server.add_insecure_port(f"unix://{private}")
+        await server.start()
+    finally:
+        os.umask(old_umask)
+    os.rename(private, path)
+    return socket_identity(path)
+
+
+async def _shutdown(
+    server: Any,
+    runner: Any,
+    backends: Backends,
+    settings: ServeSettings,
+    ours: tuple[int, int] | None,
+) -> None:
     await server.stop(settings.grace_period)
-    with contextlib.suppress(FileNotFoundError):
-        os.unlink(settings.socket)
+    release_socket(settings.socket, ours)
     await runner.cleanup()
     await backends.close()
     log.info("stopped")

@@ -6,16 +6,20 @@ unless every object and template succeeded and every path passed the driver's ru
 
 from __future__ import annotations
 
+import functools
 import logging
+import operator
 import time
 from collections import OrderedDict
 from collections.abc import Callable, Hashable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Generic, TypeVar
 
+from provider.core.backend import AnyBackend
 from provider.core.errors import BridgeError, InvalidParameters, LimitExceeded, MountFailed
 from provider.core.files import File, ObjectVersion, overlap_problems, path_problem
-from provider.core.model import Backend, FetchContext, ObjectSpec, Pod, SecretValue
+from provider.core.model import FetchContext, ObjectSpec, Pod, SecretValue
+from provider.core.parsing import yaml_node_budget
 from provider.core.versions import Versioner
 from provider.mount import templates, transforms
 from provider.mount.fetching import Fetcher
@@ -25,8 +29,12 @@ log = logging.getLogger("secrets_bridge.mounting")
 
 #: The kubelet gives NodePublish about two minutes; used when the caller set no deadline.
 DEFAULT_DEADLINE = 120.0
-#: Distinct SecretProviderClass parameter sets whose parsed plans are kept.
+#: Distinct SecretProviderClass parameter sets whose parsed plans (or refusals) are kept.
 PLAN_CACHE_SIZE = 512
+#: Parameter text those plans may hold in all: a class may be megabytes of unused parameters.
+PLAN_CACHE_BYTES = 16 * 1024 * 1024
+#: File bytes the memoized answers may hold in all (each is at most --max-response-bytes).
+ANSWER_CACHE_BYTES = 32 * 1024 * 1024
 
 
 @dataclass(frozen=True)
@@ -49,15 +57,17 @@ class Mounter:
     def __init__(
         self,
         *,
-        backend_for: Callable[[str], Backend],
+        backend_for: Callable[[str], AnyBackend],
         options_for: Callable[[str], Any],
         fetcher: Fetcher,
         versioner: Versioner,
         enable_fake: bool,
         max_objects: int,
         max_response_bytes: int,
+        strict_parameters: bool = False,
     ) -> None:
         self._backend_for = backend_for
+        self._strict = strict_parameters
         self._options_for = options_for
         self._fetcher = fetcher
         self._versioner = versioner
@@ -67,25 +77,36 @@ class Mounter:
         # Parsed plans by parameters: every pod of a class sends the same parameters, and
         # parsing YAML costs more than the rest of a cached mount. Plans are pure functions of
         # the parameters (and the fixed provider options), so reusing them is safe.
-        self._plans: OrderedDict[frozenset[tuple[str, str]], MountPlan] = OrderedDict()
-        self._answers: OrderedDict[
-            tuple[int, int, tuple[int, ...]],
+        # A refused class is kept too (its problems), so the kubelet's retries of a class that
+        # fails late in parsing do not parse it again.
+        self._plans: _Memo[frozenset[tuple[str, str]], MountPlan | _Refused] = _Memo(
+            PLAN_CACHE_SIZE, PLAN_CACHE_BYTES
+        )
+        self._answers: _Memo[
+            tuple[str, int, int, tuple[int, ...]],
             tuple[MountPlan, tuple[Sequence[SecretValue], ...], MountResult],
-        ] = OrderedDict()
+        ] = _Memo(PLAN_CACHE_SIZE, ANSWER_CACHE_BYTES)
 
     def plan(self, params: Mapping[str, str]) -> MountPlan:
         key = frozenset((k, v) for k, v in params.items() if not k.startswith(KUBELET_PREFIX))
-        plan = self._plans.get(key)
-        if plan is not None:
-            self._plans.move_to_end(key)
-            return plan
-        plan = parse_plan(
-            params,
-            options_for=self._options_for,
-            enable_fake=self._enable_fake,
-            max_objects=self._max_objects,
-        )
-        self._plans[key] = plan
+        held = self._plans.get(key)
+        if isinstance(held, _Refused):
+            raise InvalidParameters(list(held.problems))
+        if held is not None:
+            return held
+        size = sum(len(k) + len(v) for k, v in key)
+        try:
+            plan = parse_plan(
+                params,
+                options_for=self._options_for,
+                enable_fake=self._enable_fake,
+                max_objects=self._max_objects,
+                strict=self._strict,
+            )
+        except InvalidParameters as exc:
+            self._plans.put(key, _Refused(tuple(exc.problems)), size)
+            raise
+        self._plans.put(key, plan, size)
         if plan.warnings:
             # Once per distinct class (plans are cached): likely typos, unused parameters.
             log.warning(
@@ -97,16 +118,15 @@ class Mounter:
                     }
                 },
             )
-        if len(self._plans) > PLAN_CACHE_SIZE:
-            self._plans.popitem(last=False)
         return plan
 
     async def mount(self, request: MountInput, *, budget: float | None = None) -> MountResult:
+        # The budget counts from the call, not from after identify (a TokenRequest takes time).
+        now = time.monotonic()
         plan = self.plan(request.params)
         backend = self._backend_for(plan.store.backend)
         # Identity first: no token, no answer — before any cache is consulted.
         identity = await backend.identify(plan.store, request.pod)
-        now = time.monotonic()
         seconds = DEFAULT_DEADLINE if budget is None else budget
         ctx = FetchContext(deadline=now + seconds, retry_deadline=now + seconds / 3)
         refs = [spec.ref for spec in plan.store.objects]
@@ -124,96 +144,129 @@ class Mounter:
             # wrong secretKey shows up beside an unreachable path, not after it is fixed.
             failures += self._build_failures(plan, values)
             raise MountFailed(failures, context=f"{plan.store.backend}, {identity.subject}")
-        return self._build_memoized(plan, values, request.permission)
+        return self._build_memoized(plan, values, request.permission, request.pod.namespace)
 
     def _build_failures(
         self, plan: MountPlan, values: Mapping[Hashable, Sequence[SecretValue]]
     ) -> list[tuple[str, BridgeError]]:
         failures: list[tuple[str, BridgeError]] = []
-        for spec in plan.store.objects:
-            if spec.ref in values:
-                try:
-                    self._object_files(spec, values[spec.ref])
-                except BridgeError as exc:
-                    failures.append((spec.name, exc))
+        parsed: dict[Any, Any] = {}
+        with yaml_node_budget():
+            for spec in plan.store.objects:
+                if spec.ref in values:
+                    try:
+                        self._object_files(spec, values[spec.ref], self._max_bytes, "", parsed)
+                    except BridgeError as exc:
+                        failures.append((spec.name, exc))
         return failures
 
     def _build_memoized(
-        self, plan: MountPlan, values: dict[Hashable, Sequence[SecretValue]], permission: int
+        self,
+        plan: MountPlan,
+        values: dict[Hashable, Sequence[SecretValue]],
+        permission: int,
+        scope: str,
     ) -> MountResult:
         """Reuse the answer built from the very same value objects (a value-cache hit).
 
         Building (transforms, templates, HMACs, path checks) is a pure function of the plan,
-        the permission and the values; the entry holds the value objects themselves, so an
-        identity check (`is`) proves they are the same ones the answer was built from.
+        the permission, the version scope (the namespace) and the values; the entry holds the
+        value objects themselves, so an identity check (`is`) proves they are the same ones the
+        answer was built from.
         """
-        key = (id(plan), permission, tuple(id(v) for v in values.values()))
+        key = (scope, id(plan), permission, tuple(id(v) for v in values.values()))
         entry = self._answers.get(key)
         if entry is not None:
             held_plan, held_values, result = entry
             if held_plan is plan and all(
                 a is b for a, b in zip(held_values, values.values(), strict=True)
             ):
-                self._answers.move_to_end(key)
                 return result
-        result = self._build(plan, values, permission)
-        self._answers[key] = (plan, tuple(values.values()), result)
-        if len(self._answers) > PLAN_CACHE_SIZE:
-            self._answers.popitem(last=False)
+        # One YAML budget for all the secret values of the mount (see provider/core/parsing.py).
+        with yaml_node_budget():
+            result = self._build(plan, values, permission, scope)
+        size = sum(len(f.contents) for f in result.files)
+        self._answers.put(key, (plan, tuple(values.values()), result), size)
         return result
 
     def _build(
-        self, plan: MountPlan, values: Mapping[Hashable, Sequence[SecretValue]], permission: int
+        self,
+        plan: MountPlan,
+        values: Mapping[Hashable, Sequence[SecretValue]],
+        permission: int,
+        scope: str,
     ) -> MountResult:
+        """All files, each step refused before it would build past what is left of
+        --max-response-bytes. Every byte built counts, `file: false` inputs of templates too,
+        so no class makes the provider hold more than about the limit for one mount."""
+        left = self._max_bytes
         files: list[File] = []
         versions: list[ObjectVersion] = []
         inputs: dict[str, bytes] = {}
         input_versions: dict[str, str] = {}
+        input_modes: dict[str, int] = {}
         failures: list[tuple[str, BridgeError]] = []
+        parsed: dict[Any, Any] = {}
         for spec in plan.store.objects:
             try:
-                built = self._object_files(spec, values[spec.ref])
+                built = self._object_files(spec, values[spec.ref], left, scope, parsed)
             except BridgeError as exc:
                 failures.append((spec.name, exc))
                 continue
             for path, content, version_id, version in built:
+                left -= len(content) + len(path)
                 inputs[path] = content
                 input_versions[path] = version
+                # Every file an object yields (extracted, exploded) gets the object's mode.
+                mode = input_modes[path] = permission if spec.mode is None else spec.mode
                 if spec.transforms.file:
-                    mode = permission if spec.mode is None else spec.mode
                     files.append(File(path, mode, content))
                     versions.append(ObjectVersion(version_id, version))
         if failures:
             raise MountFailed(failures, context=plan.store.backend)
         for tmpl in plan.templates:
-            content = templates.render(tmpl, inputs)
+            content = templates.render(tmpl, inputs, left - len(tmpl.path))
+            left -= len(content) + len(tmpl.path)
             used = sorted(tmpl.objects or inputs)
             version = self._versioner.of_inputs(
-                tmpl.path, [input_versions.get(n, "") for n in used], content
+                tmpl.path, [input_versions.get(n, "") for n in used], content, scope=scope
             )
-            mode = permission if tmpl.mode is None else tmpl.mode
+            mode = tmpl.mode if tmpl.mode is not None else _strictest(used, input_modes, permission)
             files.append(File(tmpl.path, mode, content))
             versions.append(ObjectVersion(tmpl.path, version))
         self._check(files)
         return MountResult(tuple(files), tuple(versions), plan.store.backend)
 
     def _object_files(
-        self, spec: ObjectSpec, values: Sequence[SecretValue]
+        self,
+        spec: ObjectSpec[Any],
+        values: Sequence[SecretValue],
+        limit: int,
+        scope: str,
+        parsed: dict[Any, Any],
     ) -> list[tuple[str, bytes, str, str]]:
-        """(path, content, version id, version) for each file of one object."""
+        """(path, content, version id, version) for each file of one object, at most `limit`
+        bytes of paths and contents in all."""
         out = []
         for value in values:
             base = f"{spec.name}/{value.suffix}" if value.suffix else spec.name
-            for sub, content in transforms.apply(spec, value):
+            # The object's own path counts too; sub-paths of explode are checked at the end.
+            pieces = transforms.apply(
+                spec, value, limit - len(base), work=self._max_bytes, parsed=parsed
+            )
+            for sub, content in pieces:
                 path = f"{base}/{sub}" if sub else base
+                limit -= len(content) + len(path)
                 problem = path_problem(path)
                 if problem:
                     raise InvalidParameters(f"{spec.field or 'object'}: {problem}")
-                version_id = value.version_id if value.version_id and not sub else path
+                # Ids as the store's upstream provider reports them (docs/compatibility.md);
+                # a file of `explode` is named by its path.
+                version_id = (value.version_id or spec.version_id or path) if not sub else path
                 if value.version and spec.transforms.identity:
                     version = value.version
                 else:
-                    version = self._versioner.of_content(version_id, content)
+                    version = self._versioner.of_content(version_id, content, scope=scope)
                 out.append((path, content, version_id, version))
         return out
 
@@ -230,3 +283,55 @@ class Mounter:
                 f"{self._max_bytes} (--max-response-bytes); split the class or raise the limit "
                 "(the driver's own default limit is 4 MiB; over 1 MiB breaks sync to a Secret)"
             )
+
+
+@dataclass(frozen=True)
+class _Refused:
+    """A class that failed to parse: its problems, raised afresh on each hit."""
+
+    problems: tuple[str, ...]
+
+
+K = TypeVar("K", bound=Hashable)
+V = TypeVar("V")
+
+
+class _Memo(Generic[K, V]):
+    """Least-recently-used entries, bounded by count and by a size the caller states for each
+    (parameter text, file bytes), so a few huge entries cannot hold the provider's memory."""
+
+    def __init__(self, max_entries: int, max_size: int) -> None:
+        self._entries: OrderedDict[K, tuple[V, int]] = OrderedDict()
+        self._max_entries = max_entries
+        self._max_size = max_size
+        self._size = 0
+
+    def get(self, key: K) -> V | None:
+        held = self._entries.get(key)
+        if held is None:
+            return None
+        self._entries.move_to_end(key)
+        return held[0]
+
+    def put(self, key: K, value: V, size: int) -> None:
+        if size > self._max_size:
+            return
+        old = self._entries.pop(key, None)
+        if old is not None:
+            self._size -= old[1]
+        self._entries[key] = (value, size)
+        self._size += size
+        while len(self._entries) > self._max_entries or self._size > self._max_size:
+            _, (_, dropped) = self._entries.popitem(last=False)
+            self._size -= dropped
+
+    def __len__(self) -> int:
+        return len(self._entries)
+
+
+def _strictest(names: Sequence[str], modes: Mapping[str, int], default: int) -> int:
+    """A template's default mode: no more readable than any object it renders (the bitwise AND
+    of their modes), so a secret never becomes more readable by being templated."""
+    if not names:
+        return default
+    return functools.reduce(operator.and_, (modes.get(n, default) for n in names))

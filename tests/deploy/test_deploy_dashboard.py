@@ -19,6 +19,9 @@ METRICS_DOC = ROOT / "docs" / "metrics.md"
 
 #: The charted series: counters as `_total`, histograms by `_bucket`, as Prometheus sees them.
 CHARTED = {
+    "secrets_bridge_build_info",
+    "process_resident_memory_bytes",
+    "process_open_fds",
     "secrets_bridge_mount_requests_total",
     "secrets_bridge_mount_duration_seconds_bucket",
     "secrets_bridge_backend_calls_total",
@@ -28,10 +31,22 @@ CHARTED = {
 }
 
 
+#: Labels Prometheus adds to every scraped series (the target's), usable in any query.
+TARGET_LABELS = {"instance", "job"}
+#: Series names a query may use: ours, and the process collector's.
+SERIES = re.compile(r"\b(?:secrets_bridge|process)_\w+")
+
+
 def exported() -> dict[str, set[str]]:
     """Series name -> label names, from the provider's own Metrics, named as exposed."""
-    series: dict[str, set[str]] = {}
-    for metric in vars(Metrics()).values():
+    metrics = Metrics()
+    # Unlabelled collectors (process, build info) show their samples at once.
+    series: dict[str, set[str]] = {
+        sample.name: set(sample.labels)
+        for family in metrics.registry.collect()
+        for sample in family.samples
+    }
+    for metric in vars(metrics).values():
         if not isinstance(metric, MetricWrapperBase):
             continue
         labels = set(metric._labelnames)
@@ -87,16 +102,16 @@ def test_dashboard_is_importable_grafana_json() -> None:
 @pytest.mark.parametrize(("title", "expr"), targets())
 def test_each_query_uses_exported_series_and_their_labels(title: str, expr: str) -> None:
     series = exported()
-    names = set(re.findall(r"\bsecrets_bridge_\w+", expr))
+    names = set(SERIES.findall(expr))
     assert names, f"{title}: queries no secrets-bridge series"
     for name in names:
         assert name in series, f"{title}: {name} is not exported"
-        unknown = labels_used(expr) - series[name]
+        unknown = labels_used(expr) - series[name] - TARGET_LABELS
         assert not unknown, f"{title}: {name} has no label {sorted(unknown)}"
 
 
 def test_every_charted_series_has_a_panel() -> None:
-    queried = {name for _, expr in targets() for name in re.findall(r"secrets_bridge_\w+", expr)}
+    queried = {name for _, expr in targets() for name in SERIES.findall(expr)}
     assert queried == CHARTED
 
 
@@ -106,6 +121,30 @@ def test_metrics_doc_names_every_series_and_label() -> None:
     labels: set[str] = set().union(*(exported()[name] for name in CHARTED)) - {"le"}
     missing += [f"label {label}" for label in sorted(labels) if f"`{label}`" not in doc]
     assert not missing, f"docs/metrics.md lacks: {missing}"
+
+
+def test_metrics_doc_names_no_series_the_provider_lacks() -> None:
+    series = exported()
+    bases = {re.sub(r"_(total|bucket|sum|count|created)$", "", name) for name in series}
+    named = set(SERIES.findall(METRICS_DOC.read_text()))
+    stale = sorted(n for n in named if n not in series and n not in bases)
+    assert not stale, f"docs/metrics.md names series that are not exported: {stale}"
+
+
+def _operations_in_code() -> set[tuple[str, str]]:
+    """(backend, operation) of every literal `backend_call("<backend>", "<operation>")`."""
+    found: set[tuple[str, str]] = set()
+    for path in (ROOT / "backends").rglob("*.py"):
+        found.update(re.findall(r'backend_call\(\s*"(\w+)",\s*"(\w+)"', path.read_text()))
+    return found
+
+
+def test_metrics_doc_names_every_operation_the_code_emits() -> None:
+    doc = METRICS_DOC.read_text()
+    operations = _operations_in_code()
+    assert ("gcp", "StsExchange") in operations  # the scan finds what it should
+    missing = sorted(f"{b} {op}" for b, op in operations if f"`{op}`" not in doc)
+    assert not missing, f"docs/metrics.md lacks the operations: {missing}"
 
 
 def _panel_titles(dashboard: dict[str, Any]) -> list[str]:
