@@ -33,6 +33,7 @@ NOTES = f"{RELEASE}/templates/NOTES.txt"
 ALL_ON: dict[str, Any] = {
     "image": {"digest": "sha256:" + "0123456789abcdef" * 4},
     "tokenRequestFallback": {"enabled": True},
+    "strictParameters": True,
     "networkPolicy": {"enabled": True},
     "serviceMonitor": {"enabled": True, "labels": {"release": "kube-prometheus-stack"}},
     "grafanaDashboard": {"enabled": True, "annotations": {"grafana_folder": "secrets"}},

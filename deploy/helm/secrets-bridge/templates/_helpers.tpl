@@ -92,12 +92,18 @@ differs from the provider's default. Call with (list "flag-name" $value $default
 {{- include "secrets-bridge.optionalFlag" (list "cache-ttl" .Values.cache.ttl 0) }}
 {{- include "secrets-bridge.optionalFlag" (list "revalidate-max-age" .Values.cache.revalidateMaxAge 600) }}
 {{- include "secrets-bridge.optionalFlag" (list "serve-stale-max-age" .Values.cache.serveStaleMaxAge 0) }}
+{{- include "secrets-bridge.optionalFlag" (list "serve-stale-wait" .Values.cache.serveStaleWait 3) }}
+{{- include "secrets-bridge.optionalFlag" (list "store-call-timeout" .Values.cache.storeCallTimeout 10) }}
 {{- include "secrets-bridge.optionalFlag" (list "cache-scope" .Values.cache.scope "serviceaccount") }}
 {{- include "secrets-bridge.optionalFlag" (list "max-concurrent-fetches" .Values.cache.maxConcurrentFetches 64) }}
+{{- include "secrets-bridge.optionalFlag" (list "max-concurrent-fetches-per-namespace" .Values.cache.maxConcurrentFetchesPerNamespace 16) }}
 {{- include "secrets-bridge.optionalFlag" (list "rate-limit" (include "secrets-bridge.rateLimits" .) "") }}
 {{- include "secrets-bridge.optionalFlag" (list "max-objects" .Values.limits.maxObjects 100) }}
 {{- include "secrets-bridge.optionalFlag" (list "max-response-bytes" .Values.limits.maxResponseBytes 4194304) }}
 {{- include "secrets-bridge.optionalFlag" (list "allow-node-identity-namespaces" (join "," .Values.allowNodeIdentityNamespaces) "") }}
+{{- if .Values.strictParameters }}
+- --strict-parameters
+{{- end }}
 {{- with .Values.vault }}
 {{- include "secrets-bridge.optionalFlag" (list "vault-addr" .address "") }}
 {{- include "secrets-bridge.optionalFlag" (list "vault-namespace" .namespace "") }}
@@ -107,7 +113,7 @@ differs from the provider's default. Call with (list "flag-name" $value $default
 {{- include "secrets-bridge.optionalFlag" (list "vault-client-cert" .clientCert "") }}
 {{- include "secrets-bridge.optionalFlag" (list "vault-client-key" .clientKey "") }}
 {{- include "secrets-bridge.optionalFlag" (list "vault-max-connections" .maxConnections 64) }}
-{{- include "secrets-bridge.optionalFlag" (list "vault-request-timeout" .requestTimeout 30) }}
+{{- include "secrets-bridge.optionalFlag" (list "vault-request-timeout" .requestTimeout 0) }}
 {{- include "secrets-bridge.optionalFlag" (list "vault-token-renew-margin" .tokenRenewMargin 0.2) }}
 {{- end }}
 {{- with .Values.aws }}
@@ -128,6 +134,9 @@ differs from the provider's default. Call with (list "flag-name" $value $default
 {{- include "secrets-bridge.optionalFlag" (list "gcp-iam-endpoint" .iamEndpoint "") }}
 {{- include "secrets-bridge.optionalFlag" (list "gcp-secretmanager-endpoint" .secretmanagerEndpoint "") }}
 {{- include "secrets-bridge.optionalFlag" (list "gcp-regional-endpoint" .regionalEndpoint "") }}
+{{- include "secrets-bridge.optionalFlag" (list "gcp-parametermanager-endpoint" .parametermanagerEndpoint "") }}
+{{- include "secrets-bridge.optionalFlag" (list "gcp-parametermanager-regional-endpoint" .parametermanagerRegionalEndpoint "") }}
+{{- include "secrets-bridge.optionalFlag" (list "gcp-token-uris" (join "," .tokenUris) "") }}
 {{- include "secrets-bridge.optionalFlag" (list "gcp-ca-file" .caFile "") }}
 {{- end }}
 {{- with .Values.azure }}
