@@ -101,7 +101,8 @@ def _scalar_type(hint: Any) -> Any:
 
 
 def add_options_flags(parser: argparse.ArgumentParser, prefix: str, options_cls: type) -> None:
-    """Register one flag per field of a backend's Options dataclass."""
+    """Register one flag per field of a backend's Options dataclass: its help, default and
+    environment variable shown; switches as --flag/--no-flag."""
     group = parser.add_argument_group(f"{prefix} backend")
     hints = get_type_hints(options_cls)
     for f in dataclasses.fields(options_cls):
@@ -110,27 +111,32 @@ def add_options_flags(parser: argparse.ArgumentParser, prefix: str, options_cls:
         kind = _scalar_type(hints[f.name])
         extra_env = tuple(f.metadata.get("env", ()))
         default = env_default(flag, f.default, extra_env)
-        help_text = f.metadata.get("help", "") + f" (env {env_name(flag)})"
+        shown = "" if f.default in (None, "") else f"default: {_shown(f.default)}; "
+        help_text = f.metadata.get("help", "") + f" ({shown}env {env_name(flag)})"
+        common: dict[str, Any] = {"dest": f"{prefix}__{f.name}", "help": help_text}
         if kind is bool:
             group.add_argument(
                 flag,
                 *aliases,
-                dest=f"{prefix}__{f.name}",
-                type=parse_bool,
-                nargs="?",
-                const=True,
+                action=argparse.BooleanOptionalAction,
                 default=parse_bool(default),
-                help=help_text,
+                **common,
             )
         else:
+            metavar = f.metadata.get("metavar") or _METAVARS.get(kind, "VALUE")
             group.add_argument(
-                flag,
-                *aliases,
-                dest=f"{prefix}__{f.name}",
-                type=kind,
-                default=default,
-                help=help_text,
+                flag, *aliases, type=kind, default=default, metavar=metavar, **common
             )
+
+
+#: How --help names a flag's value when its field does not say.
+_METAVARS = {int: "N", float: "NUMBER", str: "VALUE"}
+
+
+def _shown(value: Any) -> str:
+    if isinstance(value, bool):
+        return "on" if value else "off"
+    return str(value)
 
 
 def options_from_args(args: argparse.Namespace, prefix: str, options_cls: type) -> Any:

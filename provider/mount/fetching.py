@@ -28,6 +28,7 @@ value and stale caches evict by namespace share (provider/core/caching.py).
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import logging
 import time
 from collections.abc import Hashable, Mapping, Sequence
@@ -38,7 +39,7 @@ from provider.core.caching import ExpiringCache
 from provider.core.errors import BridgeError, DeadlineExceeded
 from provider.core.limits import FetchSlots, RateLimiter, namespace_of
 from provider.core.metrics import Metrics
-from provider.core.model import AnyPlan, FetchContext, Fetched, Identity, SecretValue
+from provider.core.model import AnyPlan, FetchContext, Fetched, Identity, SecretValue, Source
 
 _Key = tuple[str, Hashable]
 log = logging.getLogger("secrets_bridge.fetching")
@@ -125,12 +126,15 @@ class Fetcher:
         identity: Identity,
         refs: Sequence[Hashable],
         ctx: FetchContext,
+        sources: dict[Hashable, Source] | None = None,
     ) -> dict[Hashable, Fetched]:
+        """Each ref's values or error. With `sources` (the audit trail is on), also where each
+        value came from: the cache, another mount's read, or what the values are marked with."""
         results: dict[Hashable, Fetched] = {}
         raised: list[BaseException] = []
         todo = list(dict.fromkeys(refs))
         for round_ in range(MAX_ROUNDS):
-            joined = self._join(backend, plan, identity, todo, ctx, results)
+            joined = self._join(backend, plan, identity, todo, ctx, results, sources)
             outcomes = await self._wait(plan, identity, joined, ctx)
             todo = []
             for ref, outcome in outcomes.items():
@@ -147,6 +151,8 @@ class Fetcher:
                 break
         if raised:
             raise raised[0]
+        if sources is not None:
+            _settle(sources, results)
         return results
 
     def _join(
@@ -157,6 +163,7 @@ class Fetcher:
         refs: Sequence[Hashable],
         ctx: FetchContext,
         results: dict[Hashable, Fetched],
+        sources: dict[Hashable, Source] | None = None,
     ) -> _Joined:
         """Cache hits into `results`; for the rest, the load each joins (or starts)."""
         joined: _Joined = {}
@@ -168,11 +175,18 @@ class Fetcher:
             if cached is not None:
                 self._count("hit")
                 results[ref] = cached
+                if sources is not None:
+                    sources[ref] = "cache"
             elif key in self._inflight:
                 self._count("coalesced")
                 joined[ref] = self._inflight[key]
+                if sources is not None:
+                    sources[ref] = "coalesced"
             else:
-                self._count("miss")
+                if sources is not None:
+                    sources.pop(ref, None)  # a fresh load after a shared one ran out
+                if self._ttl > 0:  # without --cache-ttl there is no value cache to miss
+                    self._count("miss")
                 mine[ref] = loop.create_future()
         if mine:
             now = time.monotonic()
@@ -314,7 +328,9 @@ class Fetcher:
             if self._ttl > 0:
                 self._cache.put(key, result, self._ttl)
             if self._stale_age > 0:
-                self._last_good.put(key, result, self._stale_age)
+                # Held marked: whoever is served this copy later is served a stale value.
+                stale_copy = [dataclasses.replace(v, source="stale") for v in result]
+                self._last_good.put(key, stale_copy, self._stale_age)
             return result
         if self._stale_age > 0 and (result.transient or isinstance(result, DeadlineExceeded)):
             stale = self._last_good.get(key)
@@ -366,3 +382,16 @@ class Fetcher:
         for task in loads:
             task.cancel()
         await asyncio.gather(*loads, return_exceptions=True)
+
+
+def _settle(sources: dict[Hashable, Source], results: Mapping[Hashable, Fetched]) -> None:
+    """Each value's source: a stale copy is always "stale"; else the cache or another mount's
+    read when this mount used one, else what the values are marked with (a store read, or a
+    held value the store confirmed)."""
+    for ref, result in results.items():
+        if isinstance(result, BridgeError):
+            sources.pop(ref, None)
+            continue
+        marked: Source = result[0].source if result else "store"
+        how = sources.get(ref)
+        sources[ref] = marked if how is None or marked == "stale" else how

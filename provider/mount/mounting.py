@@ -10,6 +10,7 @@ import functools
 import logging
 import operator
 import time
+import weakref
 from collections import OrderedDict
 from collections.abc import Callable, Hashable, Mapping, Sequence
 from dataclasses import dataclass
@@ -84,7 +85,7 @@ class Mounter:
         )
         self._answers: _Memo[
             tuple[str, int, int, tuple[int, ...]],
-            tuple[MountPlan, tuple[Sequence[SecretValue], ...], MountResult],
+            tuple[MountPlan, tuple[weakref.ref[SecretValue], ...], MountResult],
         ] = _Memo(PLAN_CACHE_SIZE, ANSWER_CACHE_BYTES)
 
     def plan(self, params: Mapping[str, str]) -> MountPlan:
@@ -170,23 +171,27 @@ class Mounter:
         """Reuse the answer built from the very same value objects (a value-cache hit).
 
         Building (transforms, templates, HMACs, path checks) is a pure function of the plan,
-        the permission, the version scope (the namespace) and the values; the entry holds the
-        value objects themselves, so an identity check (`is`) proves they are the same ones the
-        answer was built from.
+        the permission, the version scope (the namespace) and the values. The entry holds the
+        values only weakly, and is dropped when they die: an answer lives exactly as long as a
+        cache (value cache, AWS revalidation, serve-stale) keeps its values, so with caching
+        off no secret outlives its Mount here.
         """
-        key = (scope, id(plan), permission, tuple(id(v) for v in values.values()))
+        flat = [value for seq in values.values() for value in seq]
+        key = (scope, id(plan), permission, tuple(id(v) for v in flat))
         entry = self._answers.get(key)
         if entry is not None:
             held_plan, held_values, result = entry
             if held_plan is plan and all(
-                a is b for a, b in zip(held_values, values.values(), strict=True)
+                ref() is value for ref, value in zip(held_values, flat, strict=True)
             ):
                 return result
         # One YAML budget for all the secret values of the mount (see provider/core/parsing.py).
         with yaml_node_budget():
             result = self._build(plan, values, permission, scope)
         size = sum(len(f.contents) for f in result.files)
-        self._answers.put(key, (plan, tuple(values.values()), result), size)
+        self._answers.put(key, (plan, tuple(weakref.ref(v) for v in flat), result), size)
+        for value in flat:
+            weakref.finalize(value, self._answers.drop, key)
         return result
 
     def _build(
@@ -324,6 +329,11 @@ class _Memo(Generic[K, V]):
         while len(self._entries) > self._max_entries or self._size > self._max_size:
             _, (_, dropped) = self._entries.popitem(last=False)
             self._size -= dropped
+
+    def drop(self, key: K) -> None:
+        held = self._entries.pop(key, None)
+        if held is not None:
+            self._size -= held[1]
 
     def __len__(self) -> int:
         return len(self._entries)

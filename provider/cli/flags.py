@@ -1,0 +1,298 @@
+"""The provider's flags (`serve`, and `mount`, which runs a provider in-process), validated as
+they are parsed: a bad value is one line naming the flag (or the environment variable it came
+from), the value and what is expected, and exit code 2 — before anything is bound or created.
+
+Every flag can also come from the environment as SECRETS_BRIDGE_<FLAG> (`--cache-ttl` ->
+SECRETS_BRIDGE_CACHE_TTL); the command line wins. Each store's own flags are declared in
+`backends/<store>/options.py` and registered by provider/core/settings.py the same way.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import re
+from collections.abc import Callable
+from typing import Any, NoReturn
+
+from backends import registry
+from provider.core.errors import InvalidParameters
+from provider.core.limits import parse_rate_limits
+from provider.core.settings import (
+    DEFAULT_SOCKET,
+    CoreSettings,
+    ServeSettings,
+    add_options_flags,
+    env_default,
+    env_name,
+    options_from_args,
+    parse_bool,
+)
+from provider.core.versions import Versioner
+
+LOG_LEVELS = ("debug", "info", "warning", "error")
+
+
+class Parser(argparse.ArgumentParser):
+    """argparse, but a usage error is one line (and names the environment variable when the bad
+    value came from there). Subcommand parsers inherit it."""
+
+    def error(self, message: str) -> NoReturn:
+        found = re.search(r"argument (--[\w-]+)", message)
+        origin = ""
+        if found and os.environ.get(env_name(found.group(1))):
+            origin = f" (the value comes from the environment variable {env_name(found.group(1))})"
+        self.exit(2, f"{self.prog}: error: {message}{origin}; see {self.prog} --help\n")
+
+
+def seconds(minimum: float = 0.0, *, above: bool = False) -> Callable[[str], float]:
+    """A number of seconds, at least `minimum` (or above it)."""
+
+    def parse(text: str) -> float:
+        try:
+            value = float(text)
+        except ValueError:
+            value = float("nan")
+        ok = value > minimum if above else value >= minimum
+        if not ok:  # NaN fails both comparisons
+            bound = f"above {minimum:g}" if above else f"at least {minimum:g}"
+            raise argparse.ArgumentTypeError(f"expected a number of seconds {bound}, got {text!r}")
+        return value
+
+    return parse
+
+
+def count(minimum: int = 1) -> Callable[[str], int]:
+    """A whole number, at least `minimum`."""
+
+    def parse(text: str) -> int:
+        try:
+            value = int(text)
+        except ValueError:
+            value = minimum - 1
+        if value < minimum:
+            raise argparse.ArgumentTypeError(
+                f"expected a whole number of at least {minimum}, got {text!r}"
+            )
+        return value
+
+    return parse
+
+
+def host_port(text: str) -> str:
+    host, sep, port = text.rpartition(":")
+    if not sep or not host or not port.isdigit() or not 0 < int(port) < 65536:
+        raise argparse.ArgumentTypeError(
+            f"expected HOST:PORT with a port from 1 to 65535 (e.g. 0.0.0.0:8098), got {text!r}"
+        )
+    return text
+
+
+def log_level(text: str) -> str:
+    if text.lower() not in LOG_LEVELS:
+        raise argparse.ArgumentTypeError(f"expected one of {', '.join(LOG_LEVELS)}, got {text!r}")
+    return text.lower()
+
+
+def flag(
+    group: Any, name: str, default: Any, help_text: str, *, metavar: str | None = None, **kw: Any
+) -> None:
+    """A flag whose default may come from the environment, with its default and variable in the
+    help. Booleans become --flag/--no-flag switches."""
+    value = env_default(name, default, tuple(kw.pop("env", ())))
+    shown = "off" if default is False else "on" if default is True else default
+    where = f"default: {shown}; " if default not in (None, "") else ""
+    help_full = f"{help_text} ({where}env {env_name(name)})"
+    if isinstance(default, bool):
+        try:
+            value = parse_bool(value)
+        except argparse.ArgumentTypeError as exc:
+            raise InvalidParameters(f"{env_name(name)}: {exc}") from None
+        group.add_argument(
+            name, action=argparse.BooleanOptionalAction, default=value, help=help_full, **kw
+        )
+        return
+    group.add_argument(name, default=value, help=help_full, metavar=metavar, **kw)
+
+
+def add_serve_flags(parser: argparse.ArgumentParser, *, with_socket: bool = True) -> None:
+    g = parser.add_argument_group("provider")
+    if with_socket:
+        flag(g, "--socket", DEFAULT_SOCKET, "Unix socket the driver dials", metavar="PATH")
+        flag(
+            g,
+            "--health-addr",
+            "0.0.0.0:8098",
+            "address of /healthz, /readyz, /metrics",
+            metavar="HOST:PORT",
+            type=host_port,
+        )
+        flag(
+            g,
+            "--grace-period",
+            10.0,
+            "seconds to drain in-flight mounts on SIGTERM",
+            metavar="SECONDS",
+            type=seconds(),
+        )
+    flag(g, "--log-level", "info", "|".join(LOG_LEVELS), metavar="LEVEL", type=log_level)
+    flag(g, "--log-format", "json", "json or text", choices=["json", "text"])
+    flag(
+        g,
+        "--hmac-key-file",
+        None,
+        "installation key for object versions (at least 16 bytes; without it a random key per "
+        "process, and versions change on restart)",
+        metavar="PATH",
+    )
+    _durations(g)
+    _limits(g)
+    flag(
+        g,
+        "--rate-limit",
+        "",
+        "fetch calls per second per backend, e.g. aws=40,azure=400",
+        metavar="BACKEND=RATE,...",
+    )
+    flag(
+        g,
+        "--cache-scope",
+        "serviceaccount",
+        "identity key granularity",
+        choices=["serviceaccount", "pod"],
+    )
+    flag(
+        g,
+        "--allow-node-identity-namespaces",
+        "",
+        "comma-separated namespaces whose pods may use the node's identity",
+        metavar="NS,...",
+    )
+    flag(g, "--token-request-fallback", False, "mint pod tokens via the TokenRequest API")
+    flag(
+        g,
+        "--strict-parameters",
+        False,
+        "refuse unknown keys inside objects instead of warning (upstream ignores them)",
+    )
+    flag(g, "--enable-fake-backend", False, "accept backend: fake (tests, demos)")
+    flag(
+        g,
+        "--kube-api-url",
+        None,
+        "Kubernetes API URL (default: in-cluster config, then kubeconfig)",
+        metavar="URL",
+    )
+    for name in registry.names():
+        add_options_flags(parser, name, registry.options_class(name))
+
+
+def _durations(g: Any) -> None:
+    flag(
+        g,
+        "--cache-ttl",
+        0.0,
+        "seconds a fetched value is reused (0 = off)",
+        metavar="SECONDS",
+        type=seconds(),
+    )
+    flag(
+        g,
+        "--serve-stale-max-age",
+        0.0,
+        "seconds the last good value may be served while its store is unavailable (0 = off)",
+        metavar="SECONDS",
+        type=seconds(),
+    )
+    flag(
+        g,
+        "--serve-stale-wait",
+        3.0,
+        "seconds a mount with a stale copy waits for its store before the copy is served",
+        metavar="SECONDS",
+        type=seconds(),
+    )
+    flag(
+        g,
+        "--store-call-timeout",
+        10.0,
+        "seconds one store call (login, read) may take before it counts as unavailable",
+        metavar="SECONDS",
+        type=seconds(above=True),
+    )
+
+
+def _limits(g: Any) -> None:
+    flag(
+        g,
+        "--max-concurrent-fetches",
+        64,
+        "store fetch calls in flight per backend",
+        metavar="N",
+        type=count(),
+    )
+    flag(
+        g,
+        "--max-concurrent-fetches-per-namespace",
+        16,
+        "of those, fetch calls one namespace may have in flight (its share)",
+        metavar="N",
+        type=count(),
+    )
+    flag(g, "--max-objects", 100, "most objects in one class", metavar="N", type=count())
+    flag(
+        g, "--max-response-bytes", 4 * 1024 * 1024, "largest answer", metavar="BYTES", type=count()
+    )
+
+
+def settings_from_args(args: argparse.Namespace) -> ServeSettings:
+    """Settings from parsed flags; the checks argparse cannot make (the key file, rate limits)
+    raise InvalidParameters naming the flag."""
+    if args.hmac_key_file:
+        _check_key_file(args.hmac_key_file)
+    namespaces = frozenset(
+        n.strip() for n in args.allow_node_identity_namespaces.split(",") if n.strip()
+    )
+    core = CoreSettings(
+        cache_ttl=args.cache_ttl,
+        serve_stale_max_age=args.serve_stale_max_age,
+        serve_stale_wait=args.serve_stale_wait,
+        store_call_timeout=args.store_call_timeout,
+        max_concurrent_fetches=args.max_concurrent_fetches,
+        max_concurrent_fetches_per_namespace=args.max_concurrent_fetches_per_namespace,
+        rate_limits=parse_rate_limits(args.rate_limit, registry.names()),
+        cache_scope=args.cache_scope,
+        allow_node_identity_namespaces=namespaces,
+        token_request_fallback=args.token_request_fallback,
+        max_objects=args.max_objects,
+        max_response_bytes=args.max_response_bytes,
+        strict_parameters=args.strict_parameters,
+        enable_fake_backend=args.enable_fake_backend,
+        kube_api_url=args.kube_api_url,
+    )
+    options = {
+        name: options_from_args(args, name, registry.options_class(name))
+        for name in registry.names()
+    }
+    return ServeSettings(
+        socket=getattr(args, "socket", DEFAULT_SOCKET),
+        health_addr=getattr(args, "health_addr", "0.0.0.0:8098"),
+        log_level=args.log_level,
+        log_format=args.log_format,
+        grace_period=getattr(args, "grace_period", 10.0),
+        hmac_key_file=args.hmac_key_file,
+        core=core,
+        backend_options=options,
+    )
+
+
+def _check_key_file(path: str) -> None:
+    try:
+        Versioner.from_file(path)
+    except OSError as exc:
+        raise InvalidParameters(
+            f"--hmac-key-file {path}: cannot read it ({exc.strerror or exc}); create it with "
+            "`openssl rand -base64 48`"
+        ) from None
+    except ValueError as exc:
+        raise InvalidParameters(f"{exc}; create one with `openssl rand -base64 48`") from None
