@@ -83,6 +83,24 @@ class FakeGoogle:
         self.tokens.clear()
 
 
+async def admit(
+    google: FakeGoogle, context: grpc.aio.ServicerContext, label: str, name: str
+) -> str:
+    """Check the call's bearer token as Google does, record the read, and play any failure
+    queued for `name`; the caller's principal ("namespace/serviceaccount" or a GSA)."""
+    metadata = dict(context.invocation_metadata() or ())
+    auth = str(metadata.get("authorization", ""))
+    principal = google.tokens.get(auth.removeprefix("Bearer "))
+    if not auth.startswith("Bearer ") or principal is None:
+        await context.abort(grpc.StatusCode.UNAUTHENTICATED, "Request had invalid credentials.")
+    assert principal is not None
+    google.reads.append((label, name, principal))
+    queued = google.failures.get(name)
+    if queued:
+        await context.abort(queued.pop(0), f"injected failure for {name}")
+    return principal
+
+
 # -- Secret Manager (gRPC) ----------------------------------------------------------------------
 
 
@@ -90,17 +108,8 @@ def secret_manager_handler(google: FakeGoogle, label: str, regional: bool) -> An
     async def access(
         request: service.AccessSecretVersionRequest, context: grpc.aio.ServicerContext
     ) -> service.AccessSecretVersionResponse:
-        metadata = dict(context.invocation_metadata() or ())
-        auth = str(metadata.get("authorization", ""))
-        principal = google.tokens.get(auth.removeprefix("Bearer "))
-        if not auth.startswith("Bearer ") or principal is None:
-            await context.abort(grpc.StatusCode.UNAUTHENTICATED, "Request had invalid credentials.")
-        assert principal is not None
         name = request.name
-        google.reads.append((label, name, principal))
-        queued = google.failures.get(name)
-        if queued:
-            await context.abort(queued.pop(0), f"injected failure for {name}")
+        principal = await admit(google, context, label, name)
         secret, _, version = name.rpartition("/versions/")
         if ("/locations/" in secret) != regional:
             await context.abort(

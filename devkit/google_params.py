@@ -15,7 +15,7 @@ from typing import Any
 import grpc
 from google.cloud.parametermanager_v1.types import service
 
-from devkit.google import FakeGoogle
+from devkit.google import FakeGoogle, admit
 
 SERVICE = "google.cloud.parametermanager.v1.ParameterManager"
 _REF = re.compile(rb'__REF__\("//secretmanager\.googleapis\.com/([^"]+)"\)')
@@ -34,17 +34,8 @@ def parameter_manager_handler(google: FakeGoogle, label: str, regional: bool) ->
     async def render(
         request: service.RenderParameterVersionRequest, context: grpc.aio.ServicerContext
     ) -> service.RenderParameterVersionResponse:
-        metadata = dict(context.invocation_metadata() or ())
-        auth = str(metadata.get("authorization", ""))
-        principal = google.tokens.get(auth.removeprefix("Bearer "))
-        if not auth.startswith("Bearer ") or principal is None:
-            await context.abort(grpc.StatusCode.UNAUTHENTICATED, "Request had invalid credentials.")
-        assert principal is not None
         name = request.name
-        google.reads.append((label, name, principal))
-        queued = google.failures.get(name)
-        if queued:
-            await context.abort(queued.pop(0), f"injected failure for {name}")
+        principal = await admit(google, context, label, name)
         parameter, _, version = name.rpartition("/versions/")
         if ("/locations/global/" not in parameter) == (not regional):
             await context.abort(
