@@ -68,6 +68,8 @@ class Vault:
 class Calls:
     tokens: list[dict[str, str]] = field(default_factory=list)
     vault: list[tuple[str, str, str]] = field(default_factory=list)  # (vault, path, principal)
+    #: The tenant of each token request, in the order of `tokens`.
+    token_tenants: list[str] = field(default_factory=list)
 
 
 class FakeAzure:
@@ -130,6 +132,7 @@ class FakeAzure:
             return web.json_response({"error": "temporarily_unavailable"}, status=self.entra_status)
         tenant, form = m.group(1), dict(await request.post())
         self.calls.tokens.append({k: str(v) for k, v in form.items()})
+        self.calls.token_tenants.append(tenant)
         client = str(form.get("client_id", ""))
         assertion, secret = form.get("client_assertion"), form.get("client_secret")
         if assertion is not None:

@@ -84,11 +84,13 @@ def parse_object(
         # Upstream reads the primary's label in the failover region unless one is given.
         failover = Target(failover.name, failover.version, failover.label or label)
     file_name = _file_name(alias or name, translate)
+    field = _as_written(
+        f"{where}.objectAlias" if alias else f"{where}.objectName", alias or name, file_name
+    )
     if _BAD_PATH.search(file_name):
         problems.add(f"{where}: file name {file_name!r} may not contain '../'")
     mode = _parse_mode(obj.get("filePermission"), f"{where}.filePermission", problems)
     ref = AwsRef(service or "secretsmanager", Target(name, version, label), failover)
-    field = f"{where}.objectAlias" if alias else f"{where}.objectName"
     specs = [ObjectSpec(file_name, ref, mode, parse_transforms(obj, where, problems), field)]
     jmes = expect_list(obj.get("jmesPath"), f"{where}.jmesPath", problems)
     for j, item in enumerate(jmes):
@@ -194,7 +196,9 @@ def _parse_jmes(
     if not (path and alias):
         return None
     transforms = Transforms(extract=path, parse_as="json")
-    return ObjectSpec(_file_name(alias, translate), ref, mode, transforms, f"{where}.objectAlias")
+    file_name = _file_name(alias, translate)
+    field = _as_written(f"{where}.objectAlias", alias, file_name)
+    return ObjectSpec(file_name, ref, mode, transforms, field)
 
 
 def _parse_mode(value: Any, field: str, problems: Problems) -> int | None:
@@ -210,6 +214,13 @@ def _parse_mode(value: Any, field: str, problems: Problems) -> int | None:
     hint = ' (quote it in YAML: "0400")' if isinstance(value, int) else ""
     problems.add(f'{field}: expected four octal digits such as "0400", got {value!r}{hint}')
     return None
+
+
+def _as_written(field: str, written: str, file_name: str) -> str:
+    """The field for messages, with the value as the class wrote it when the file name is a
+    rewrite of it (pathTranslation, a leading '/'): `objects[0].objectAlias '../../etc/passwd'`
+    rather than only the file '.._.._etc_passwd' the user never wrote."""
+    return field if written == file_name else f"{field} {written!r}"
 
 
 def _file_name(name: str, translate: str | None) -> str:

@@ -172,6 +172,11 @@ class LoginRefused(PermissionDenied):
     """Entra refused the login: the whole Mount fails, not one object."""
 
 
+class WrongTenant(LoginRefused):
+    """The vault's challenge names a tenant other than the class's tenantID: the SDK refuses to
+    ask for a token there, so nothing reached Entra; the fix is tenantID."""
+
+
 #: OAuth 2.0 error codes (RFC 6749 5.2) Entra answers with, reported by name.
 OAUTH_ERRORS = frozenset(
     {
@@ -188,6 +193,14 @@ OAUTH_ERRORS = frozenset(
 )
 _AADSTS = re.compile(r"\bAADSTS\d{4,6}\b")
 _OAUTH = re.compile(r"\b[a-z]+(?:_[a-z]+)+\b")
+
+
+def _requested_tenant(kwargs: Any) -> str:
+    """The tenant Key Vault's challenge asked the credential for (get_token's `tenant_id`, or
+    get_token_info's `options`), empty when it named none."""
+    options = kwargs.get("options") or {}
+    tenant = kwargs.get("tenant_id") or options.get("tenant_id") or ""
+    return tenant if isinstance(tenant, str) else ""
 
 
 def entra_codes(exc: Exception) -> str:
@@ -251,7 +264,21 @@ class CheckedCredential:
             status = getattr(exc.response, "status_code", None) if exc.response else None
             if status is not None and (status == 429 or status >= 500):
                 raise EntraUnavailable(f"Microsoft Entra answered {status}") from None
+            challenged = _requested_tenant(kwargs)
+            if exc.response is None and challenged and challenged != self._store.tenant_id:
+                # azure-identity refused locally (its resolve_tenant compares exactly): no
+                # request reached Entra.
+                raise WrongTenant(self._wrong_tenant(challenged)) from None
             raise LoginRefused(self._refusal(exc)) from None
+
+    def _wrong_tenant(self, tenant: str) -> str:
+        s = self._store
+        return (
+            f"Key Vault {s.vault_name} belongs to tenant {scrub(tenant, 100)}, the class sets "
+            f"tenantID {s.tenant_id}; set tenantID to the vault's tenant (the login of "
+            f"{self._subject} was not attempted: Microsoft Entra issues tokens for a vault only "
+            "in its own tenant)"
+        )
 
     def _refusal(self, exc: Exception) -> str:
         s = self._store

@@ -32,13 +32,14 @@ from functools import partial
 from typing import Any, TypeVar
 
 from backends.gcp.dialect import Audience, GcpRef, GcpStore
-from backends.gcp.errors import translated
+from backends.gcp.errors import is_tls_failure, tls_error, translated
 from backends.gcp.exchange import (
     CALL_TIMEOUT,
     GSA_ANNOTATION,
     SCOPE,
     AccessToken,
     TokenEndpoints,
+    endpoint_of,
 )
 from backends.gcp.keyfile import KEY_FILE, ServiceAccountKey, assertion, parse_key
 from backends.gcp.options import Options
@@ -131,7 +132,7 @@ class Authenticator:
             self._env.metrics.backend_call("gcp", "GoogleAuthRefresh"),
             translated("authenticating with Google credentials", identity.subject),
         ):
-            return await self._blocking(_google_auth_token, ctx)
+            return await self._blocking(partial(_google_auth_token, self._env.options.ca_file), ctx)
 
     async def _key_grant(
         self, key: ServiceAccountKey, subject: str, ctx: FetchContext
@@ -211,17 +212,29 @@ def _delegates(raw: str | None, subject: str) -> list[str]:
     return value
 
 
-def _google_auth_token() -> AccessToken:
+def _google_auth_token(ca_file: str | None) -> AccessToken:
     """A token from the provider's own Application Default Credentials (blocking: runs on the
-    backend's threads)."""
+    backend's threads); every HTTPS request trusts --gcp-ca-file when it is set."""
     import google.auth
+    from google.auth.exceptions import TransportError
     from google.auth.transport.requests import Request
 
     class BoundedRequest(Request):  # type: ignore[misc]
         # google-auth calls its transport without a timeout, which then defaults to 120 s.
         def __call__(self, *args: Any, timeout: Any = None, **kwargs: Any) -> Any:
             bound = min(float(timeout or ADC_HTTP_TIMEOUT), ADC_HTTP_TIMEOUT)
-            return super().__call__(*args, timeout=bound, **kwargs)
+            if ca_file:
+                # Passed per request: requests would let REQUESTS_CA_BUNDLE override a
+                # session-wide setting, and its default is certifi's bundle.
+                kwargs["verify"] = ca_file
+            try:
+                return super().__call__(*args, timeout=bound, **kwargs)
+            except TransportError as exc:
+                if not is_tls_failure(exc):
+                    raise
+                url = str(kwargs.get("url") or (args[0] if args else ""))
+                what = "the token request of the provider's Application Default Credentials"
+                raise tls_error(what, endpoint_of(url), ca_file, exc) from exc
 
     credentials: Any
     credentials, _project = google.auth.default(scopes=[SCOPE])

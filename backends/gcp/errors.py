@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import json
 import logging
+import ssl
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -172,6 +173,55 @@ def _seconds(value: str | None) -> float | None:
         return None
 
 
+def is_tls_failure(exc: BaseException) -> bool:
+    """Whether `exc`, or an exception it was raised from, is a TLS failure (a certificate not
+    trusted, a handshake refused): aiohttp's, requests' (under google-auth) or ssl's own."""
+    seen: BaseException | None = exc
+    for _ in range(8):
+        if seen is None:
+            return False
+        if isinstance(seen, ssl.SSLError | aiohttp.ClientSSLError) or "[SSL" in str(seen):
+            return True
+        seen = seen.__cause__ or seen.__context__
+    return False
+
+
+def tls_error(what: str, endpoint: str, ca_file: str | None, exc: BaseException) -> BridgeError:
+    """A token call that failed in TLS: names the endpoint and the trust it was checked
+    against (--gcp-ca-file), never "cannot reach Google"; not retried within the Mount."""
+    reason = _tls_reason(exc)
+    trust = f"--gcp-ca-file {ca_file}" if ca_file else "the system's CAs (no --gcp-ca-file)"
+    problem = (
+        f"the TLS certificate of {endpoint} is not trusted"
+        if reason.startswith("certificate")
+        else f"the TLS handshake with {endpoint} failed"
+    )
+    error = StoreUnavailable(
+        f"{what}: {problem} ({reason}), checked against {trust}; if the endpoint (or a proxy "
+        "in front of it) uses a private CA, put that CA in --gcp-ca-file"
+    )
+    error.transient = False  # a certificate does not change between retries
+    return error
+
+
+def _tls_reason(exc: BaseException) -> str:
+    seen: BaseException | None = exc
+    for _ in range(8):
+        if seen is None:
+            break
+        if isinstance(seen, aiohttp.ClientConnectorCertificateError):
+            seen = seen.certificate_error  # aiohttp's wrapper of the ssl error
+            continue
+        verify_message: object = getattr(seen, "verify_message", None)
+        reason: object = getattr(seen, "reason", None)
+        if isinstance(seen, ssl.SSLCertVerificationError) and verify_message:
+            return f"certificate verify failed: {scrub(verify_message, 120)}"
+        if isinstance(seen, ssl.SSLError) and reason:
+            return f"SSL error: {scrub(reason, 120)}"
+        seen = seen.__cause__ or seen.__context__
+    return f"{type(exc).__name__}: {scrub(exc, 160)}"
+
+
 @contextmanager
 def translated(what: str, subject: str, service: Service = SECRET_MANAGER) -> Iterator[None]:
     """Let BridgeErrors through; turn every library failure into one (`what`: the call)."""
@@ -197,6 +247,15 @@ def translated(what: str, subject: str, service: Service = SECRET_MANAGER) -> It
         log.debug("%s: refresh refused (not relayed): %s", what, redacted(exc))
         raise PermissionDenied(f"{what} for {subject} was refused") from exc
     except (TimeoutError, auth.TransportError, aiohttp.ClientError, OSError) as exc:
+        if is_tls_failure(exc):
+            # The token calls report the endpoint and CA file themselves (tls_error).
+            error = StoreUnavailable(
+                f"{what}: TLS with Google failed, a certificate is not trusted or the handshake "
+                f"was refused ({_tls_reason(exc)}); check --gcp-ca-file, the CAs trusted for "
+                "every Google endpoint"
+            )
+            error.transient = False
+            raise error from exc
         raise StoreUnavailable(f"{what}: cannot reach Google ({type(exc).__name__})") from exc
     except (auth.GoogleAuthError, ValueError) as exc:
         raise InvalidParameters(

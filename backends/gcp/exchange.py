@@ -19,9 +19,10 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import aiohttp
+from yarl import URL
 
 from backends.gcp.dialect import Audience
-from backends.gcp.errors import http_error, translated
+from backends.gcp.errors import http_error, is_tls_failure, tls_error, translated
 from backends.wire import MAX_SMALL_BODY, Resolver, read_capped
 from provider.core.errors import StoreUnavailable
 from provider.core.model import FetchContext
@@ -126,19 +127,24 @@ class TokenEndpoints:
             self._session = aiohttp.ClientSession(connector=connector)
         seconds = max(0.1, min(CALL_TIMEOUT, ctx.deadline - time.monotonic()))
         with translated(what, subject):
-            async with self._session.post(
-                url,
-                data=data,
-                json=json_body,
-                headers=headers,
-                timeout=aiohttp.ClientTimeout(total=seconds),
-                allow_redirects=False,
-            ) as response:
-                raw = await read_capped(response, MAX_ANSWER, what)
-                text = raw.decode("utf-8", errors="replace")
-                if response.status != 200:
-                    retry_after = response.headers.get("Retry-After")
-                    raise http_error(response.status, text, what, fix, retry_after)
+            try:
+                async with self._session.post(
+                    url,
+                    data=data,
+                    json=json_body,
+                    headers=headers,
+                    timeout=aiohttp.ClientTimeout(total=seconds),
+                    allow_redirects=False,
+                ) as response:
+                    raw = await read_capped(response, MAX_ANSWER, what)
+                    text = raw.decode("utf-8", errors="replace")
+                    if response.status != 200:
+                        retry_after = response.headers.get("Retry-After")
+                        raise http_error(response.status, text, what, fix, retry_after)
+            except (aiohttp.ClientError, OSError) as exc:
+                if is_tls_failure(exc):
+                    raise tls_error(what, endpoint_of(url), self._ca_file, exc) from exc
+                raise
         try:
             parsed = json.loads(text)
         except ValueError:
@@ -154,6 +160,15 @@ class TokenEndpoints:
         if self._resolver is not None:
             await self._resolver.close()
             self._resolver = None
+
+
+def endpoint_of(url: str) -> str:
+    """`https://host:port/path` of a token URL, for messages (no query, no credentials)."""
+    try:
+        parsed = URL(url)
+    except ValueError:
+        return "the token endpoint"
+    return str(parsed.with_query(None).with_fragment(None).with_user(None))
 
 
 def _token(
