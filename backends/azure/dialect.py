@@ -95,6 +95,9 @@ class AzureStore:
     client_id: str = ""
     user_assigned_identity_id: str = ""
 
+    def describe(self) -> str:
+        return f"azure key vault {self.vault_name} ({self.cloud}, tenant {self.tenant_id})"
+
 
 def parse(params: Mapping[str, str], ctx: ParseContext[Options]) -> StorePlan[AzureStore, AzureRef]:
     problems = Problems(strict=ctx.strict)
@@ -163,10 +166,15 @@ def _tenant(params: Mapping[str, str], problems: Problems) -> str:
     if new and old and new != old:
         problems.add("tenantID and tenantId are both set, to different values; keep tenantID")
     tenant = new or old
+    # Name the key as the class wrote it: upstream's examples spell it tenantId.
+    written = "tenantID" if new else "tenantId"
     if not tenant:
-        problems.add("tenantID is required: the Microsoft Entra tenant of the Key Vault")
+        problems.add(
+            "tenantID is required (or tenantId, as the upstream examples spell it): the "
+            "Microsoft Entra tenant of the Key Vault"
+        )
     elif not _DIRECTORY_ID.match(tenant):
-        problems.add(f"tenantID {tenant!r}: expected a tenant id (GUID) or domain name")
+        problems.add(f"{written} {tenant!r}: expected a tenant id (GUID) or domain name")
     return tenant
 
 

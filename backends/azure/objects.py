@@ -66,6 +66,11 @@ class AzureRef:
     #: objectFormat pfx: a certificate's secret as the base64 PFX Key Vault stores.
     pfx: bool = False
 
+    def describe(self) -> str:
+        """`<type>/<name>[/<version>]`, as Key Vault names the object."""
+        name = f"{self.object_type}/{self.name}" + (f"/{self.version}" if self.version else "")
+        return name + (f" (history {self.history})" if self.history else "")
+
 
 def parse_objects(
     raw: str, ctx: ParseContext[Any], problems: Problems

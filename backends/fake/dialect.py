@@ -38,10 +38,16 @@ OBJECT_KEYS = frozenset({"objectName", "secretPath", "filePermission"}) | TRANSF
 class FakeStore:
     audience: str
 
+    def describe(self) -> str:
+        return "fake"
+
 
 @dataclass(frozen=True)
 class FakeRef:
     path: str
+
+    def describe(self) -> str:
+        return self.path
 
 
 def parse(params: Mapping[str, str], ctx: ParseContext[Options]) -> StorePlan[FakeStore, FakeRef]:

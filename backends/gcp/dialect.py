@@ -90,6 +90,10 @@ class GcpStore:
     #: None under `check` or when the provider has no pool configured (then auth is refused).
     audience: Audience | None
 
+    def describe(self) -> str:
+        # Each ref names its project (and location): the class names no address of its own.
+        return f"gcp ({self.auth})"
+
 
 @dataclass(frozen=True)
 class GcpRef:
@@ -100,6 +104,9 @@ class GcpRef:
     #: The location of a regional secret or parameter (selects the regional endpoint), else None.
     location: str | None = None
     kind: Literal["secret", "parameter"] = "secret"
+
+    def describe(self) -> str:
+        return self.name if self.kind == "secret" else f"parameter {self.name}"
 
 
 def parse(params: Mapping[str, str], ctx: ParseContext[Options]) -> StorePlan[GcpStore, GcpRef]:

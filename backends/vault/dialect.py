@@ -70,6 +70,10 @@ class VaultStore:
     audience: str
     tls: TLSConfig
 
+    def describe(self) -> str:
+        namespace = f" namespace {self.namespace}" if self.namespace else ""
+        return f"{self.address}{namespace} (auth/{self.mount} role {self.role})"
+
 
 def parse(params: Mapping[str, str], ctx: ParseContext[Options]) -> StorePlan[VaultStore, VaultRef]:
     problems = Problems(strict=ctx.strict)

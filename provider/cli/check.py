@@ -21,6 +21,7 @@ from backends import registry
 from provider.cli import spc
 from provider.core.errors import InvalidParameters
 from provider.mount.planning import MountPlan, parse_plan
+from provider.mount.stores import NamedStore
 
 EXIT_OK, EXIT_INVALID, EXIT_USAGE = 0, 1, 2
 
@@ -81,7 +82,7 @@ def _check_class(source: str, cls: spc.SecretProviderClass, limits: Limits) -> d
         warnings.extend(getattr(exc, "warnings", ()))
     else:
         warnings.extend(plan.warnings)
-        if plan.store.backend == "fake":
+        if any(s.plan.backend == "fake" for s in plan.stores):
             warnings.append("backend 'fake' is accepted only with --enable-fake-backend")
     return _report(source, cls, plan, problems, warnings)
 
@@ -99,14 +100,39 @@ def _report(
         "name": cls.name if cls else None,
         "namespace": cls.namespace if cls else None,
         "valid": not problems,
-        "backend": plan.store.backend if plan else None,
-        "store": _plain(plan.store.store) if plan else None,
+        "backend": plan.backend if plan else None,
+        "store": _plain(plan.store.store) if plan and not plan.named else None,
         "audiences": _audiences(plan) if plan else [],
         "files": _files(plan) if plan else [],
         "warnings": warnings or [],
         "errors": problems,
     }
+    if plan is not None and plan.named:
+        report["stores"] = [_store(named) for named in plan.stores]
     return report
+
+
+def _store(named: NamedStore) -> dict[str, Any]:
+    """One store of a class of several: its settings, pod token audiences and objects."""
+    fallbacks = named.fallbacks
+    return {
+        "name": named.name,
+        "backend": named.plan.backend,
+        "store": _plain(named.plan.store),
+        "audiences": list(_store_audiences(named)),
+        "objects": [
+            {
+                "path": spec.name,
+                "object": spec.field,
+                "fallback": fallback.spec.field if fallback else None,
+            }
+            for spec, fallback in zip(named.plan.objects, fallbacks, strict=True)
+        ],
+        "fallback_objects": [
+            {"path": spec.name, "object": spec.field}
+            for spec in (named.fallback_plan.objects if named.fallback_plan else ())
+        ],
+    }
 
 
 def _plain(store: Any) -> Any:
@@ -119,8 +145,15 @@ def _audiences(plan: MountPlan) -> list[str]:
     """The audiences the kubelet must mint the pods' tokens for (the CSIDriver's
     tokenRequests); empty when the store does not log in with the pod's token, or offline
     when it comes from the provider's flags (GCP)."""
-    module = registry.dialect_module(plan.store.backend)
-    return list(module.audiences(plan.store.store))
+    audiences: list[str] = []
+    for named in plan.stores:
+        audiences += [a for a in _store_audiences(named) if a not in audiences]
+    return audiences
+
+
+def _store_audiences(named: NamedStore) -> tuple[str, ...]:
+    module = registry.dialect_module(named.plan.backend)
+    return tuple(module.audiences(named.plan.store))
 
 
 def _mode(mode: int | None) -> str | None:
@@ -130,11 +163,11 @@ def _mode(mode: int | None) -> str | None:
 
 def _files(plan: MountPlan) -> list[dict[str, Any]]:
     files: list[dict[str, Any]] = []
-    for spec in plan.store.objects:
-        if not spec.transforms.file:
-            continue
-        files.append(
-            {
+    for named in plan.stores:
+        for spec in named.plan.objects:
+            if not spec.transforms.file:
+                continue
+            entry = {
                 "path": spec.name,
                 "mode": _mode(spec.mode),
                 "object": spec.field,
@@ -142,7 +175,9 @@ def _files(plan: MountPlan) -> list[dict[str, Any]]:
                 # explode: one file per top-level key of the value, under this directory.
                 "directory": spec.transforms.explode,
             }
-        )
+            if named.name:
+                entry["store"] = named.name
+            files.append(entry)
     for tmpl in plan.templates:
         files.append(
             {
@@ -167,7 +202,20 @@ def _print_text(report: dict[str, Any]) -> None:
     if report["valid"]:
         paths = ", ".join(f["path"] for f in report["files"])
         audiences = ", ".join(report["audiences"]) or "none"
-        print(
-            f"{where}: valid ({report['backend']}; files: {paths}; pod token audiences: "
-            f"{audiences})"
-        )
+        backend = "several stores" if "stores" in report else report["backend"]
+        print(f"{where}: valid ({backend}; files: {paths}; pod token audiences: {audiences})")
+        for store in report.get("stores", ()):
+            _print_store(store)
+
+
+def _print_store(store: dict[str, Any]) -> None:
+    objects = ", ".join(
+        o["path"] + (f" (fallback: {o['fallback']})" if o["fallback"] else "")
+        for o in store["objects"]
+    )
+    fallbacks = ", ".join(o["path"] for o in store["fallback_objects"])
+    audiences = ", ".join(store["audiences"]) or "none"
+    line = f"  store {store['name']} ({store['backend']}): objects: {objects or 'none'}"
+    if fallbacks:
+        line += f"; fallback for: {fallbacks}"
+    print(f"{line}; pod token audiences: {audiences}")

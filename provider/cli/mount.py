@@ -24,6 +24,7 @@ from dataclasses import dataclass
 import grpc
 import yaml
 
+from backends import registry
 from protos import provider_pb2, provider_pb2_grpc
 from provider.cli import spc
 from provider.core.errors import InvalidParameters
@@ -170,6 +171,27 @@ def read_tokens(items: list[str], rules: CSIDriverRules | None) -> dict[str, str
     return tokens
 
 
+def missing_audiences(cls: spc.SecretProviderClass, rules: CSIDriverRules) -> list[str]:
+    """Every audience the class's stores need a pod token for that the CSIDriver's
+    tokenRequests does not list (the kubelet mints no token for them), each with its store."""
+    from provider.mount.planning import parse_plan
+
+    try:
+        plan = parse_plan(cls.parameters, options_for=None, enable_fake=True)
+    except InvalidParameters:
+        return []  # the provider's answer names the class's problems
+    listed = rules.audiences or frozenset()
+    missing: list[str] = []
+    for named in plan.stores:
+        module = registry.dialect_module(named.plan.backend)
+        for audience in module.audiences(named.plan.store):
+            # Offline, GCP's pool audience is a placeholder from the provider's flags.
+            if audience not in listed and not audience.startswith("<"):
+                where = f"store {named.name!r}" if named.name else named.plan.backend
+                missing.append(f"{audience!r} ({where})")
+    return missing
+
+
 def check_response(response: provider_pb2.MountResponse) -> None:
     """Refuse what the driver refuses (docs/architecture.md)."""
     if response.error.code:
@@ -275,6 +297,14 @@ async def run(args: argparse.Namespace, settings: ServeSettings) -> int:
             cls = spc.load(args.file)[0]
         except InvalidParameters as exc:
             return _fail(f"{args.file}: {exc}")
+        if rules is not None:
+            missing = missing_audiences(cls, rules)
+            if missing:
+                print(
+                    "kubelet: the CSIDriver's spec.tokenRequests lacks audiences the class needs "
+                    f"pod tokens for: {', '.join(missing)}; add each as {{audience: ...}}",
+                    file=sys.stderr,
+                )
         request = build_request(cls, args, read_tokens(args.token, rules), rules)
         async with _provider(args, settings) as socket, dial(socket) as channel:
             stub = provider_pb2_grpc.CSIDriverProviderStub(channel)
