@@ -15,9 +15,13 @@ it needs the test extras (`bao`, `moto_server`, hvac, PyJWT). Modules, by concer
     eks        the EKS Pod Identity agent
     fakevault  a scriptable Vault wire for faults a real server cannot produce on demand
     google     Secret Manager (gRPC), STS, IAM and OAuth on the wire
+    google_params   Parameter Manager (gRPC) on the wire
     azure      Microsoft Entra and Key Vault on the wire
     testing    builders: BackendEnv, Pod, FetchContext, MountRequest, the fake-store Harness
     serving    the provider serving on a Unix socket, and a driver-like client
     leaks      what counts as secret material in logs and metrics
     echo, rigs, demo   the bench floor, the bench's stores, `make demo`
+    forward    a TCP forwarder the bench's soak restarts a store behind
+    outage_soak   repeated store hangs against a served provider (RSS, answers)
+    scale_model   the cluster-scale model of BENCHMARKS.md; bench_all.sh re-runs every figure
 """

@@ -1,7 +1,9 @@
-"""What counts as secret material in the harness's outputs (logs, metrics, versions).
+"""What counts as secret material in the harness's outputs (logs, metrics, versions, the
+audit trail).
 
-The values the harness's stores serve, and the shapes of tokens and keys: the suite-wide log
-guard (tests/conftest.py) and `devkit.serving` (/metrics) both check against this one list.
+The values the harness's stores serve, the installation keys it writes, and the shapes of tokens
+and keys: the suite-wide log guard (tests/conftest.py) and `devkit.serving` (/metrics and the
+`--audit-log` file) all check against this one list.
 """
 
 from __future__ import annotations
@@ -21,6 +23,9 @@ KNOWN_SECRETS = (
     "correct-horse-",
     "p'w $HOME",
     "it's $ecret",
+    # The installation keys of devkit.serving and devkit.testing.Harness (`--hmac-key-file`).
+    "0123456789abcdef0123456789abcdef",
+    "k" * 32,
 )
 PATTERNS = re.compile(
     r"eyJ[\w-]{8,}\.[\w-]{8,}\.[\w-]{8,}"  # a JWT (pod tokens, access tokens)

@@ -49,8 +49,10 @@ async def serving(
     backend_options: dict[str, Any],
     core: CoreSettings | None = None,
     grace_period: float = 2.0,
+    audit_log: str | None = None,
 ) -> AsyncIterator[Serving]:
-    """`app.serve` as the DaemonSet runs it (HMAC key file, health port), stopped at the end."""
+    """`app.serve` as the DaemonSet runs it (HMAC key file, health port), stopped at the end.
+    With `audit_log`, a file, its lines are checked for secret material at the end too."""
     key = tmp_path / "hmac.key"
     key.write_bytes(b"0123456789abcdef0123456789abcdef")
     port = free_port()
@@ -59,6 +61,7 @@ async def serving(
         health_addr=f"127.0.0.1:{port}",
         grace_period=grace_period,
         hmac_key_file=str(key),
+        audit_log=audit_log,
         core=core or CoreSettings(),
         backend_options=backend_options,
     )
@@ -78,6 +81,9 @@ async def serving(
             http.get(f"http://127.0.0.1:{port}/metrics") as resp,
         ):
             assert not leaks_in_text(await resp.text()), "secret material in /metrics"
+        if audit_log and audit_log != "-":
+            trail = Path(audit_log).read_text()
+            assert not leaks_in_text(trail), "secret material in the audit trail"
     finally:
         await channel.close()
         stop.set()

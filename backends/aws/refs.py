@@ -25,6 +25,11 @@ class AwsStore:
     def regions(self) -> tuple[str, ...]:
         return (self.region, self.failover_region) if self.failover_region else (self.region,)
 
+    def describe(self) -> str:
+        """Regions and role, as the audit trail names the store."""
+        where = ",".join(self.regions)
+        return f"aws {where}" + (f" as {self.role_arn}" if self.role_arn else "")
+
 
 @dataclass(frozen=True)
 class Target:
@@ -33,6 +38,10 @@ class Target:
     name: str
     version: str = ""
     label: str = ""
+
+    def describe(self) -> str:
+        version = f" version {self.version}" if self.version else ""
+        return self.name + version + (f" label {self.label}" if self.label else "")
 
 
 @dataclass(frozen=True)
@@ -45,3 +54,8 @@ class AwsRef:
 
     def target(self, index: int) -> Target:
         return self.primary if index == 0 or self.failover is None else self.failover
+
+    def describe(self) -> str:
+        """The name (or ARN) read, and its failover's: never a value."""
+        failover = f" (failover {self.failover.describe()})" if self.failover else ""
+        return f"{self.service} {self.primary.describe()}{failover}"

@@ -10,6 +10,7 @@ is unchanged (DescribeSecret has four times GetSecretValue's quota and returns n
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 from collections.abc import Mapping, Sequence
 
 from backends.aws.auth import Authenticator
@@ -123,8 +124,10 @@ class AwsBackend:
         except BridgeError as exc:
             return exc
         if revalidate:
-            # The age counts from this read: confirmations do not extend it.
-            self._held.put(key, (value, index), max_age)
+            # The age counts from this read: confirmations do not extend it. The held copy is
+            # marked once here, so the audit trail tells a confirmed value from a read one.
+            held_copy = dataclasses.replace(value, source="revalidated")
+            self._held.put(key, (held_copy, index), max_age)
         return [value]
 
     async def close(self) -> None:

@@ -145,6 +145,15 @@ def add_serve_flags(parser: argparse.ArgumentParser, *, with_socket: bool = True
         "process, and versions change on restart)",
         metavar="PATH",
     )
+    if with_socket:
+        flag(
+            g,
+            "--audit-log",
+            None,
+            "append one sealed JSON line per mount answered or refused to PATH (- = stderr; "
+            "reopened on SIGHUP; needs --hmac-key-file; off by default)",
+            metavar="PATH|-",
+        )
     _durations(g)
     _limits(g)
     flag(
@@ -250,6 +259,11 @@ def settings_from_args(args: argparse.Namespace) -> ServeSettings:
     raise InvalidParameters naming the flag."""
     if args.hmac_key_file:
         _check_key_file(args.hmac_key_file)
+    elif getattr(args, "audit_log", None):
+        raise InvalidParameters(
+            "--audit-log needs --hmac-key-file: the trail's lines are sealed with the "
+            "installation key, so that `secrets-bridge audit verify` can check them"
+        )
     namespaces = frozenset(
         n.strip() for n in args.allow_node_identity_namespaces.split(",") if n.strip()
     )
@@ -281,6 +295,7 @@ def settings_from_args(args: argparse.Namespace) -> ServeSettings:
         log_format=args.log_format,
         grace_period=getattr(args, "grace_period", 10.0),
         hmac_key_file=args.hmac_key_file,
+        audit_log=getattr(args, "audit_log", None),
         core=core,
         backend_options=options,
     )

@@ -1,4 +1,4 @@
-"""The `secrets-bridge` command: serve, check, mount, version, bench.
+"""The `secrets-bridge` command: serve, check, mount, version, bench, audit.
 
 Every `serve` flag can also come from the environment as SECRETS_BRIDGE_<FLAG>
 (provider/cli/flags.py).
@@ -29,6 +29,7 @@ COMMANDS = {
     "check": "validate a SecretProviderClass file offline",
     "mount": "act as the driver: mount a class into a directory",
     "bench": "load-test Mount against a store, with an echo floor",
+    "audit": "check an audit trail written by serve --audit-log (audit verify FILE...)",
 }
 
 
@@ -85,6 +86,10 @@ def _add_flags(name: str, cmd: argparse.ArgumentParser) -> None:
         from provider.cli import bench as bench_module
 
         bench_module.add_bench_flags(cmd)
+    elif name == "audit":
+        from provider.cli import audit as auditing
+
+        auditing.add_audit_flags(cmd)
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -102,6 +107,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         from provider.cli import bench as bench_module
 
         return bench_module.run(args)
+    if args.command == "audit":
+        from provider.cli import audit as auditing
+
+        return auditing.run(args)
     if args.command == "check":
         from provider.cli import check as checking
 

@@ -72,6 +72,25 @@ class Metrics:
             ["backend", "reason"],
             registry=r,
         )
+        self.audit_records = Counter(
+            "secrets_bridge_audit_records",
+            "Lines written to the audit trail (--audit-log) by event: answered, refused, start",
+            ["event"],
+            registry=r,
+        )
+        self.audit_failures = Counter(
+            "secrets_bridge_audit_failures",
+            "Audit trail writes (a failed write fails the mount) and reopens that failed",
+            ["operation"],
+            registry=r,
+        )
+        self.fallback_reads = Counter(
+            "secrets_bridge_fallback_reads",
+            "Objects read from their fallback store after their store answered not found, by "
+            "the primary store's backend and the fallback read's outcome",
+            ["backend", "outcome"],
+            registry=r,
+        )
 
     def cache_counter(self, cache: str) -> _CacheCounter:
         return _CacheCounter(self, cache)

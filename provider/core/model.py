@@ -13,7 +13,7 @@ from __future__ import annotations
 import hashlib
 from collections.abc import Hashable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any, Generic, Literal, TypeVar
+from typing import Any, Generic, Literal, Protocol, TypeVar, runtime_checkable
 
 from provider.core.errors import BridgeError
 
@@ -25,6 +25,11 @@ RefT = TypeVar("RefT", bound=Hashable)
 OptionsT = TypeVar("OptionsT")
 
 Decode = Literal["base64", "hex"]
+
+#: Where a mount's value came from, as the audit trail records it: a store read, the value
+#: cache, another mount's read in flight, a held value the store confirmed unchanged (AWS
+#: DescribeSecret), or the last good value served while the store was unavailable.
+Source = Literal["store", "cache", "coalesced", "revalidated", "stale"]
 
 
 @dataclass(frozen=True)
@@ -120,6 +125,22 @@ class SecretValue:
     suffix: str = ""
     #: ObjectVersion id override (Azure history: `<type>/<name>/<i>`); default is the file path.
     version_id: str | None = None
+    #: "store", or what a cache marked its held copy with ("revalidated", "stale").
+    source: Source = field(default="store", compare=False)
+
+
+@runtime_checkable
+class Describable(Protocol):
+    """A store's frozen settings or ref that can name itself for the audit trail."""
+
+    def describe(self) -> str:
+        """Where or what it is (an address, a path, an ARN): never a value or credential."""
+        ...
+
+
+def describe(thing: object) -> str:
+    """`thing.describe()`, or only its type's name: a ref's fields are never printed."""
+    return thing.describe() if isinstance(thing, Describable) else type(thing).__name__
 
 
 #: A plan of any store, as the store-neutral layers hold it.

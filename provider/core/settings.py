@@ -63,6 +63,8 @@ class ServeSettings:
     #: Seconds in-flight mounts may take to finish after SIGTERM.
     grace_period: float = 10.0
     hmac_key_file: str | None = None
+    #: `--audit-log`: a file to append the access audit trail to, `-` for stderr, None = off.
+    audit_log: str | None = None
     core: CoreSettings = field(default_factory=CoreSettings)
     #: Backend name -> that backend's Options instance.
     backend_options: Mapping[str, Any] = field(default_factory=dict)

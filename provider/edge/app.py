@@ -21,7 +21,8 @@ from provider.core.limits import namespace_of
 from provider.core.metrics import Metrics
 from provider.core.settings import CoreSettings, ServeSettings
 from provider.core.versions import Versioner
-from provider.edge import http
+from provider.edge import auditchain, http
+from provider.edge.audit import AuditTrail, open_sink
 from provider.edge.server import ProviderServicer, build_server
 from provider.edge.startup import (
     StartupError,
@@ -133,7 +134,8 @@ async def serve(
     """Serve until SIGTERM/SIGINT (or `stop` is set, for tests and the demo)."""
     metrics = Metrics()
     mounter, backends = build_mounter(settings, metrics)
-    servicer = ProviderServicer(mounter=mounter, metrics=metrics)
+    audit = open_audit(settings, metrics, mounter)
+    servicer = ProviderServicer(mounter=mounter, metrics=metrics, audit=audit)
     server = build_server(servicer, max_send_bytes=settings.core.max_response_bytes + 65536)
     # Nothing is bound before every check passed: a refused start leaves no socket behind.
     await claim_socket(settings.socket)
@@ -143,6 +145,8 @@ async def serve(
         )
     except OSError as exc:
         await backends.close()
+        if audit is not None:
+            audit.close()
         raise StartupError(
             f"--health-addr {settings.health_addr}: cannot listen ({exc.strerror or exc})"
         ) from None
@@ -156,6 +160,8 @@ async def serve(
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGTERM, signal.SIGINT):
         loop.add_signal_handler(sig, stop.set)
+    if audit is not None:  # logrotate renamed the file: write to the path anew
+        loop.add_signal_handler(signal.SIGHUP, audit.reopen)
     log.info(
         "serving", extra={"fields": {"socket": settings.socket, "health": settings.health_addr}}
     )
@@ -169,7 +175,31 @@ async def serve(
         await asyncio.shield(_shutdown(server, runner, backends, settings, ours))
         for sig in (signal.SIGTERM, signal.SIGINT):
             loop.remove_signal_handler(sig)
+        if audit is not None:
+            loop.remove_signal_handler(signal.SIGHUP)
+            audit.close()
     return 0
+
+
+def open_audit(settings: ServeSettings, metrics: Metrics, mounter: Mounter) -> AuditTrail | None:
+    """The audit trail of `--audit-log`, its first line written; a StartupError when it cannot
+    be opened or written, or has no installation key to seal its lines with."""
+    target = settings.audit_log
+    if not target:
+        return None
+    if not settings.hmac_key_file:
+        raise StartupError(
+            "--audit-log needs --hmac-key-file: its lines are sealed with the installation key, "
+            "and a random per-process key could never be verified"
+        )
+    try:
+        key = auditchain.read_key(settings.hmac_key_file)
+        trail = AuditTrail(open_sink(target), key, metrics=metrics, requested=mounter.requested)
+        trail.start()
+    except (OSError, ValueError) as exc:
+        reason = exc.strerror if isinstance(exc, OSError) and exc.strerror else str(exc)
+        raise StartupError(f"--audit-log {target}: cannot write it ({reason})") from None
+    return trail
 
 
 async def _bind(server: Any, path: str) -> tuple[int, int] | None:

@@ -19,7 +19,8 @@ from provider import __version__
 from provider.core.errors import INTERNAL_TEXT, BridgeError, DeadlineExceeded
 from provider.core.metrics import Metrics
 from provider.edge.attributes import parse_request
-from provider.mount.mounting import DEFAULT_DEADLINE, Mounter, MountResult
+from provider.edge.audit import UNWRITABLE_TEXT, AuditTrail
+from provider.mount.mounting import DEFAULT_DEADLINE, Mounter, MountInput, MountResult
 
 log = logging.getLogger("secrets_bridge.server")
 
@@ -28,9 +29,13 @@ RUNTIME_NAME = "secrets-bridge"
 
 
 class ProviderServicer(provider_pb2_grpc.CSIDriverProviderServicer):  # type: ignore[misc]
-    def __init__(self, *, mounter: Mounter, metrics: Metrics) -> None:
+    def __init__(
+        self, *, mounter: Mounter, metrics: Metrics, audit: AuditTrail | None = None
+    ) -> None:
         self._mounter = mounter
         self._metrics = metrics
+        #: `--audit-log`: every answer and refusal is recorded before it is sent.
+        self._audit = audit
         self._last_response: tuple[MountResult, provider_pb2.MountResponse] | None = None
         self._series: dict[tuple[str, str], tuple[Any, Any]] = {}
 
@@ -47,6 +52,8 @@ class ProviderServicer(provider_pb2_grpc.CSIDriverProviderServicer):  # type: ig
         start = time.perf_counter()
         fields: dict[str, object] = {}
         backend = "unknown"
+        mount_input: MountInput | None = None
+        audit = self._audit
         try:
             mount_input = parse_request(
                 request.attributes, request.secrets, request.permission, request.target_path
@@ -58,7 +65,8 @@ class ProviderServicer(provider_pb2_grpc.CSIDriverProviderServicer):  # type: ig
                 "serviceaccount": pod.service_account,
                 "class": mount_input.params.get("secretProviderClass", ""),
             }
-            backend = mount_input.params.get("backend", "unknown")
+            params = mount_input.params
+            backend = "multi" if "stores" in params else params.get("backend", "unknown")
             remaining = context.time_remaining()
             if remaining is None:
                 remaining = DEFAULT_DEADLINE
@@ -69,7 +77,9 @@ class ProviderServicer(provider_pb2_grpc.CSIDriverProviderServicer):  # type: ig
             budget = remaining - margin
             try:
                 async with asyncio.timeout(budget + margin / 2):
-                    result = await self._mounter.mount(mount_input, budget=budget)
+                    result = await self._mounter.mount(
+                        mount_input, budget=budget, audit=audit is not None
+                    )
             except TimeoutError:
                 raise DeadlineExceeded(
                     f"the mount did not finish within the driver's deadline of {remaining:.0f}s; "
@@ -90,28 +100,12 @@ class ProviderServicer(provider_pb2_grpc.CSIDriverProviderServicer):  # type: ig
             code, message = grpc.StatusCode.INTERNAL, INTERNAL_TEXT
             log.exception("mount failed unexpectedly", extra={"fields": fields})
         else:
-            elapsed = time.perf_counter() - start
-            self._record(result.backend, "OK", elapsed)
-            log.info(
-                "mount",
-                extra={
-                    "fields": {
-                        **fields,
-                        "backend": result.backend,
-                        "files": len(result.files),
-                        "ms": round(elapsed * 1000, 1),
-                    }
-                },
-            )
-            # Versions are readable in the pod's namespace; logged so the suite's leak guard
-            # checks them too (they are HMACs or store version ids, never content).
-            log.debug(
-                "mount answer",
-                extra={
-                    "fields": {**fields, "versions": {v.id: v.version for v in result.versions}}
-                },
-            )
-            return self._response(result)
+            if audit is not None and not audit.answered(mount_input, result):
+                code, message, audit = grpc.StatusCode.UNAVAILABLE, UNWRITABLE_TEXT, None
+            else:
+                return self._answer(result, fields, start)
+        if audit is not None:
+            audit.refused(mount_input, code.name, message)
         try:
             await context.abort(code, message)
         except grpc.aio.AbortError:  # how abort ends when the status was sent
@@ -126,6 +120,30 @@ class ProviderServicer(provider_pb2_grpc.CSIDriverProviderServicer):  # type: ig
             raise asyncio.CancelledError() from None
         raise AssertionError("unreachable: context.abort raises")
 
+    def _answer(
+        self, result: MountResult, fields: dict[str, object], start: float
+    ) -> provider_pb2.MountResponse:
+        elapsed = time.perf_counter() - start
+        self._record(result.backend, "OK", elapsed)
+        log.info(
+            "mount",
+            extra={
+                "fields": {
+                    **fields,
+                    "backend": result.backend,
+                    "files": len(result.files),
+                    "ms": round(elapsed * 1000, 1),
+                }
+            },
+        )
+        # Versions are readable in the pod's namespace; logged so the suite's leak guard
+        # checks them too (they are HMACs or store version ids, never content).
+        log.debug(
+            "mount answer",
+            extra={"fields": {**fields, "versions": {v.id: v.version for v in result.versions}}},
+        )
+        return self._response(result)
+
     def _gone(self, backend: str, fields: dict[str, object], start: float) -> None:
         elapsed = time.perf_counter() - start
         log.debug(
@@ -138,7 +156,9 @@ class ProviderServicer(provider_pb2_grpc.CSIDriverProviderServicer):  # type: ig
         """The protobuf answer; reused while the mounter hands back the same (memoized)
         result, which is what every cached mount of one class gets."""
         held = self._last_response
-        if held is not None and held[0] is result:
+        # With the audit trail on, each mount's result is a copy carrying its own sources;
+        # the files are still the memoized answer's.
+        if held is not None and held[0].files is result.files:
             return held[1]
         response = _response(result)
         self._last_response = (result, response)
@@ -164,7 +184,7 @@ def answer_margin(remaining: float) -> float:
 
 
 # Metric labels come from a fixed set, so a pod author cannot mint label values.
-_KNOWN = frozenset({"vault", "aws", "gcp", "azure", "fake"})
+_KNOWN = frozenset({"vault", "aws", "gcp", "azure", "fake", "multi"})
 
 
 def _response(result: MountResult) -> provider_pb2.MountResponse:

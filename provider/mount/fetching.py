@@ -119,6 +119,11 @@ class Fetcher:
         self._slots = FetchSlots(max_concurrent_fetches, max_concurrent_fetches_per_namespace)
         self._rates = {name: RateLimiter(rate) for name, rate in (rate_limits or {}).items()}
 
+    @property
+    def metrics(self) -> Metrics:
+        """The provider's metrics (the mounter counts fallback reads on them)."""
+        return self._metrics
+
     async def fetch(
         self,
         backend: AnyBackend,

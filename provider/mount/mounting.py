@@ -6,6 +6,7 @@ unless every object and template succeeded and every path passed the driver's ru
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 import logging
 import operator
@@ -19,11 +20,13 @@ from typing import Any, Generic, TypeVar
 from provider.core.backend import AnyBackend
 from provider.core.errors import BridgeError, InvalidParameters, LimitExceeded, MountFailed
 from provider.core.files import File, ObjectVersion, overlap_problems, path_problem
-from provider.core.model import FetchContext, ObjectSpec, Pod, SecretValue
+from provider.core.model import FetchContext, ObjectSpec, Pod, SecretValue, Source
 from provider.core.parsing import yaml_node_budget
 from provider.core.versions import Versioner
-from provider.mount import templates, transforms
+from provider.mount import gathering, templates, transforms
+from provider.mount.auditing import Served, served
 from provider.mount.fetching import Fetcher
+from provider.mount.gathering import Inputs
 from provider.mount.planning import KUBELET_PREFIX, MountPlan, parse_plan
 
 log = logging.getLogger("secrets_bridge.mounting")
@@ -52,6 +55,10 @@ class MountResult:
     files: tuple[File, ...]
     versions: tuple[ObjectVersion, ...]
     backend: str
+    #: Each object's name and the versions of the files it yielded (`file: false` ones too).
+    object_versions: tuple[tuple[str, tuple[str, ...]], ...] = ()
+    #: With `mount(..., audit=True)`: what the audit trail records of each object.
+    served: tuple[Served, ...] = ()
 
 
 class Mounter:
@@ -121,17 +128,26 @@ class Mounter:
             )
         return plan
 
-    async def mount(self, request: MountInput, *, budget: float | None = None) -> MountResult:
+    async def mount(
+        self, request: MountInput, *, budget: float | None = None, audit: bool = False
+    ) -> MountResult:
+        """The answer; with `audit` (the audit trail is on), also what it records of each
+        object in `MountResult.served`."""
         # The budget counts from the call, not from after identify (a TokenRequest takes time).
         now = time.monotonic()
         plan = self.plan(request.params)
+        if plan.named:
+            by_store: dict[tuple[int, Hashable], Source] | None = {} if audit else None
+            answer = await self._mount_stores(plan, request, now, budget, by_store)
+            return answer if by_store is None else _with_served(answer, plan, by_store)
         backend = self._backend_for(plan.store.backend)
         # Identity first: no token, no answer — before any cache is consulted.
         identity = await backend.identify(plan.store, request.pod)
         seconds = DEFAULT_DEADLINE if budget is None else budget
         ctx = FetchContext(deadline=now + seconds, retry_deadline=now + seconds / 3)
         refs = [spec.ref for spec in plan.store.objects]
-        fetched = await self._fetcher.fetch(backend, plan.store, identity, refs, ctx)
+        sources: dict[Hashable, Source] | None = {} if audit else None
+        fetched = await self._fetcher.fetch(backend, plan.store, identity, refs, ctx, sources)
         failures: list[tuple[str, BridgeError]] = []
         values: dict[Hashable, Sequence[SecretValue]] = {}
         for spec in plan.store.objects:
@@ -145,18 +161,58 @@ class Mounter:
             # wrong secretKey shows up beside an unreachable path, not after it is fixed.
             failures += self._build_failures(plan, values)
             raise MountFailed(failures, context=f"{plan.store.backend}, {identity.subject}")
-        return self._build_memoized(plan, values, request.permission, request.pod.namespace)
+        answer = self._build_memoized(plan, values, request.permission, request.pod.namespace)
+        return answer if sources is None else _with_served(answer, plan, sources)
+
+    def requested(self, params: Mapping[str, str]) -> tuple[Served, ...]:
+        """What a refused mount asked for, for the audit trail (nothing if the class does not
+        parse)."""
+        try:
+            return served(self.plan(params), (), None)
+        except InvalidParameters:
+            return ()
+
+    async def _mount_stores(
+        self,
+        plan: MountPlan,
+        request: MountInput,
+        now: float,
+        budget: float | None,
+        sources: dict[tuple[int, Hashable], Source] | None = None,
+    ) -> MountResult:
+        """A class of several stores (provider/mount/gathering.py): every store at once, within
+        the one deadline; all or nothing, one error naming every failing object's store."""
+        seconds = DEFAULT_DEADLINE if budget is None else budget
+        ctx = FetchContext(deadline=now + seconds, retry_deadline=now + seconds / 3)
+        got = await gathering.gather(
+            plan,
+            request.pod,
+            ctx,
+            backend_for=self._backend_for,
+            fetcher=self._fetcher,
+            metrics=self._fetcher.metrics,
+            sources=sources,
+        )
+        if got.failures:
+            failures = got.failures + self._build_failures(plan, got.values, got.inputs)
+            raise MountFailed(failures, context=request.pod.subject)
+        return self._build_memoized(
+            plan, got.values, request.permission, request.pod.namespace, got.inputs
+        )
 
     def _build_failures(
-        self, plan: MountPlan, values: Mapping[Hashable, Sequence[SecretValue]]
+        self,
+        plan: MountPlan,
+        values: Mapping[Hashable, Sequence[SecretValue]],
+        order: Inputs | None = None,
     ) -> list[tuple[str, BridgeError]]:
         failures: list[tuple[str, BridgeError]] = []
         parsed: dict[Any, Any] = {}
         with yaml_node_budget():
-            for spec in plan.store.objects:
-                if spec.ref in values:
+            for spec, key in _inputs(plan) if order is None else order:
+                if key in values:
                     try:
-                        self._object_files(spec, values[spec.ref], self._max_bytes, "", parsed)
+                        self._object_files(spec, values[key], self._max_bytes, "", parsed)
                     except BridgeError as exc:
                         failures.append((spec.name, exc))
         return failures
@@ -167,6 +223,7 @@ class Mounter:
         values: dict[Hashable, Sequence[SecretValue]],
         permission: int,
         scope: str,
+        order: Inputs | None = None,
     ) -> MountResult:
         """Reuse the answer built from the very same value objects (a value-cache hit).
 
@@ -187,7 +244,7 @@ class Mounter:
                 return result
         # One YAML budget for all the secret values of the mount (see provider/core/parsing.py).
         with yaml_node_budget():
-            result = self._build(plan, values, permission, scope)
+            result = self._build(plan, values, permission, scope, order)
         size = sum(len(f.contents) for f in result.files)
         self._answers.put(key, (plan, tuple(weakref.ref(v) for v in flat), result), size)
         for value in flat:
@@ -200,6 +257,7 @@ class Mounter:
         values: Mapping[Hashable, Sequence[SecretValue]],
         permission: int,
         scope: str,
+        order: Inputs | None = None,
     ) -> MountResult:
         """All files, each step refused before it would build past what is left of
         --max-response-bytes. Every byte built counts, `file: false` inputs of templates too,
@@ -212,12 +270,14 @@ class Mounter:
         input_modes: dict[str, int] = {}
         failures: list[tuple[str, BridgeError]] = []
         parsed: dict[Any, Any] = {}
-        for spec in plan.store.objects:
+        per_object: list[tuple[str, tuple[str, ...]]] = []
+        for spec, key in _inputs(plan) if order is None else order:
             try:
-                built = self._object_files(spec, values[spec.ref], left, scope, parsed)
+                built = self._object_files(spec, values[key], left, scope, parsed)
             except BridgeError as exc:
                 failures.append((spec.name, exc))
                 continue
+            per_object.append((spec.name, tuple(b[3] for b in built)))
             for path, content, version_id, version in built:
                 left -= len(content) + len(path)
                 inputs[path] = content
@@ -228,7 +288,7 @@ class Mounter:
                     files.append(File(path, mode, content))
                     versions.append(ObjectVersion(version_id, version))
         if failures:
-            raise MountFailed(failures, context=plan.store.backend)
+            raise MountFailed(failures, context=plan.backend)
         for tmpl in plan.templates:
             content = templates.render(tmpl, inputs, left - len(tmpl.path))
             left -= len(content) + len(tmpl.path)
@@ -240,7 +300,7 @@ class Mounter:
             files.append(File(tmpl.path, mode, content))
             versions.append(ObjectVersion(tmpl.path, version))
         self._check(files)
-        return MountResult(tuple(files), tuple(versions), plan.store.backend)
+        return MountResult(tuple(files), tuple(versions), plan.backend, tuple(per_object))
 
     def _object_files(
         self,
@@ -337,6 +397,19 @@ class _Memo(Generic[K, V]):
 
     def __len__(self) -> int:
         return len(self._entries)
+
+
+def _inputs(plan: MountPlan) -> Inputs:
+    """A one-store class's objects, each keyed by its ref (several may share one read)."""
+    return [(spec, spec.ref) for spec in plan.store.objects]
+
+
+def _with_served(
+    answer: MountResult, plan: MountPlan, sources: Mapping[Any, Source]
+) -> MountResult:
+    # The memoized answer is shared by every mount built from the same values; the record of
+    # where they came from is this mount's own.
+    return dataclasses.replace(answer, served=served(plan, answer.object_versions, sources))
 
 
 def _strictest(names: Sequence[str], modes: Mapping[str, int], default: int) -> int:

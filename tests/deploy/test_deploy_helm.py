@@ -411,6 +411,7 @@ NOT_A_VALUE = {
     "gcp__local_channel",  # tests only
     "fake__store_file",  # the fake backend: tests and demos
     "fake__latency",
+    "audit_log",  # off by default; extraArgs: ["--audit-log=-"] (SECURITY.md, docs/deploy.md)
 }
 
 

@@ -97,7 +97,7 @@ async def test_serve_with_strict_parameters_refuses_the_mount(tmp_path: Path) ->
     [
         (["serve"], False),
         (["serve", "--strict-parameters"], True),
-        (["serve", "--strict-parameters", "false"], False),
+        (["serve", "--no-strict-parameters"], False),
     ],
 )
 def test_strict_parameters_flag(argv: list[str], strict: bool) -> None:
