@@ -1,4 +1,4 @@
-"""Turning one fetched value into the file contents of one object (SPEC §2 Extensions).
+"""Turning one fetched value into the file contents of one object (docs/architecture.md).
 
 Order: parse (only when something needs structure) -> literal key (`secretKey`,
 `extractJSONKey`, `extractYAMLKey`) -> JMESPath `extract` -> `explode` into one file per key ->
@@ -7,7 +7,8 @@ as compact JSON (as vault-csi-provider writes non-string values). Bytes stay byt
 
 The class and the secret are both the tenant's, and one provider serves every namespace, so
 each step runs under a budget: `limit` bytes of output (what is left of the mount's
---max-response-bytes), checked before anything larger is built, and a step budget for JMESPath.
+--max-response-bytes), checked before anything larger is built, and a step budget for JMESPath
+(provider/mount/jmes.py).
 Errors name the object and the expression and never quote the secret: a library's exception
 text (jmespath, yaml, json, binascii) may carry the value, so it never reaches a message or log.
 """
@@ -18,39 +19,24 @@ import base64
 import binascii
 import json
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, TypeVar
+from typing import Any, TypeVar
 
-import jmespath
-from jmespath import functions
 from jmespath.exceptions import JMESPathError, JMESPathTypeError
-from jmespath.visitor import Options, TreeInterpreter
 
 from provider.core.errors import BridgeError, InvalidParameters, LimitExceeded, NotFound
 from provider.core.model import ObjectSpec, SecretValue, Transforms
 from provider.core.parsing import MAX_YAML_BYTES, load_yaml_safe, shown
-
-if TYPE_CHECKING:
-    from jmespath.visitor import _TreeNode
+from provider.mount import jmes
 
 #: (path relative to the object's name: "" for the object's own file, else a sub-path; bytes)
 Piece = tuple[str, bytes]
 _Sized = TypeVar("_Sized", str, bytes)
 
-#: AST node visits plus container elements sized, per `extract` evaluation: about 0.1 s of CPU.
-MAX_EXTRACT_STEPS = 100_000
 #: Files one `explode` may yield.
 MAX_EXPLODE_FILES = 1000
 #: Values (roughly: `,` `[` `{` and newlines) a secret may hold to be parsed for extraction;
 #: parsed JSON takes up to ~60 bytes of memory per value, so this caps it near 12 MiB.
 MAX_SECRET_VALUES = 200_000
-
-
-class _OverBudget(Exception):
-    """Internal: an evaluation went past its byte or step budget."""
-
-    def __init__(self, steps: bool = False) -> None:
-        super().__init__()
-        self.steps = steps
 
 
 def apply(
@@ -171,14 +157,13 @@ def _yaml(spec: ObjectSpec[Any], text: str) -> Any:
 
 def _search(spec: ObjectSpec[Any], expression: str, data: Any, limits: _Limits) -> Any:
     limit = limits.work
-    interpreter = _BoundedInterpreter(limit, MAX_EXTRACT_STEPS)
     try:
-        result = interpreter.visit(jmespath.compile(expression).parsed, data)
-    except _OverBudget as over:
+        result = jmes.search(expression, data, limit)
+    except jmes.OverBudget as over:
         if over.steps:
             raise LimitExceeded(
                 f"object {spec.name!r}: extract expression {shown(expression)} needs more "
-                f"than {MAX_EXTRACT_STEPS} evaluation steps on this secret; simplify it"
+                f"than {jmes.MAX_STEPS} evaluation steps on this secret; simplify it"
             ) from None
         raise _too_big(spec, f"extract expression {shown(expression)}", limit) from None
     except (JMESPathError, RecursionError, TypeError, ValueError, ArithmeticError) as exc:
@@ -203,107 +188,6 @@ def _reason(exc: Exception) -> str:
     if isinstance(exc, RecursionError):
         return "nested too deeply"
     return type(exc).__name__
-
-
-class _BoundedInterpreter(TreeInterpreter):  # type: ignore[misc]
-    """jmespath's interpreter with budgets. Every node visit costs a step; every node that
-    builds a value (function call, multi-select, projection, flatten, slice) has the JSON size
-    of its result checked before the next node can build on it. Sizes of containers are
-    remembered by identity, so `[@, @] | [@, @] | ...` is sized in O(1) per step while its
-    written size doubles. `join` and `to_string` are checked before they allocate."""
-
-    _BUILDERS = frozenset(
-        {
-            "function_expression",
-            "multi_select_list",
-            "multi_select_dict",
-            "projection",
-            "value_projection",
-            "filter_projection",
-            "flatten",
-            "slice",
-        }
-    )
-
-    def __init__(self, limit: int, steps: int) -> None:
-        super().__init__(Options(custom_functions=_BoundedFunctions(self)))
-        self.limit = limit
-        self._steps = steps
-        # id -> (the container itself, so the id stays its own; its JSON size)
-        self._sizes: dict[int, tuple[Any, int]] = {}
-
-    def visit(self, node: _TreeNode, *args: Any, **kwargs: Any) -> Any:
-        self._step()
-        result = super().visit(node, *args, **kwargs)
-        if node["type"] in self._BUILDERS:
-            self.size(result)
-        return result
-
-    def _step(self) -> None:
-        self._steps -= 1
-        if self._steps < 0:
-            raise _OverBudget(steps=True)
-
-    def size(self, value: Any) -> int:
-        """`value`'s compact JSON size (strings unquoted and unescaped, as a file holds a
-        string result), or _OverBudget past the limit."""
-        if isinstance(value, str):
-            total = len(value)
-        elif isinstance(value, list | dict):
-            total = self._container_size(value)
-        elif isinstance(value, int) and not isinstance(value, bool):
-            total = value.bit_length() * 3 // 10 + 2
-        else:
-            total = 24
-        if total > self.limit:
-            raise _OverBudget()
-        return total
-
-    def _container_size(self, value: list[Any] | dict[str, Any]) -> int:
-        held = self._sizes.get(id(value))
-        if held is not None and held[0] is value:
-            return held[1]
-        total = 2 + max(len(value) - 1, 0)  # brackets and commas
-        if isinstance(value, dict):
-            for key, item in value.items():
-                self._step()
-                total += len(str(key)) + 3 + self._item_size(item)  # "key":
-                if total > self.limit:
-                    raise _OverBudget()
-        else:
-            for item in value:
-                self._step()
-                total += self._item_size(item)
-                if total > self.limit:
-                    raise _OverBudget()
-        self._sizes[id(value)] = (value, total)
-        return total
-
-    def _item_size(self, item: Any) -> int:
-        return self.size(item) + 2 if isinstance(item, str) else self.size(item)
-
-
-class _BoundedFunctions(functions.Functions):  # type: ignore[misc]
-    """The two built-ins whose output can be much larger than what the budget saw of their
-    input (a join of many references to one string; JSON of a shared structure), checked
-    before they allocate. Subclass methods replace the built-ins of the same name."""
-
-    def __init__(self, interpreter: _BoundedInterpreter) -> None:
-        self._interpreter = interpreter
-
-    @functions.signature({"types": ["string"]}, {"types": ["array-string"]})  # type: ignore[misc]
-    def _func_join(self, separator: str, array: list[str]) -> str:
-        size = sum(map(len, array)) + len(separator) * max(len(array) - 1, 0)
-        if size > self._interpreter.limit:
-            raise _OverBudget()
-        return separator.join(array)
-
-    @functions.signature({"types": []})  # type: ignore[misc]
-    def _func_to_string(self, arg: Any) -> str:
-        if isinstance(arg, str):
-            return arg
-        self._interpreter.size(arg)
-        return json.dumps(arg, separators=(",", ":"), default=str)
 
 
 def _explode(spec: ObjectSpec[Any], result: Any, limit: int) -> list[Piece]:

@@ -25,8 +25,9 @@ from provider.core.parsing import (
     yaml_node_budget,
 )
 from provider.mount import mounting
+from provider.mount.jmes import MAX_STEPS as MAX_EXTRACT_STEPS
 from provider.mount.templates import MAX_TEMPLATE_BYTES
-from provider.mount.transforms import MAX_EXPLODE_FILES, MAX_EXTRACT_STEPS
+from provider.mount.transforms import MAX_EXPLODE_FILES
 
 #: What one attack may make the provider allocate at its peak (the DaemonSet has 256 MiB).
 CEILING = 64 * 1024 * 1024
