@@ -8,7 +8,7 @@ A shared read (a "load") runs as its own task on the provider's own budget (`loa
 kubelet's two minutes; retries within a third of it), not on the budget of the mount that
 started it: every caller waits for it at most until its *own* deadline, so a mount that joined
 late is never failed because the first one ran out of time, and the driver's re-sends of a
-failed mount join the read in flight instead of starting a retry series each (SPEC §1). When
+failed mount join the read in flight instead of starting a retry series each (docs/architecture.md, "The driver's contract"). When
 neither cache is on, the last caller to give up cancels the load (nobody could use its result);
 otherwise it finishes in the background and refreshes the caches.
 
@@ -238,7 +238,7 @@ class Fetcher:
         if stale is not None and self._stale_wait > 0:
             until = min(until, start + self._stale_wait)
         # A store that refuses (rather than stays silent) gets the answer it always got: its
-        # error once a third of this mount's deadline is spent (SPEC §1: the driver re-sends
+        # error once a third of this mount's deadline is spent (the driver re-sends
         # an UNAVAILABLE mount, and the re-send joins this read, which goes on). A silent
         # store is waited for until this mount's own deadline.
         for stop in sorted({min(until, ctx.retry_deadline), until}):

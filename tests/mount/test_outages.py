@@ -212,7 +212,7 @@ async def test_refused_is_still_served_stale_at_once(caplog: pytest.LogCaptureFi
 
 
 async def test_a_refusing_store_is_answered_unavailable_at_a_third_of_the_deadline() -> None:
-    # SPEC §1: the driver re-sends an UNAVAILABLE mount, so a store that refuses is reported
+    # The driver re-sends an UNAVAILABLE mount, so a store that refuses is reported
     # once a third of the deadline is spent; a silent one is waited for (test above).
     fetcher, store, _ = rig()
     store.refusing = True

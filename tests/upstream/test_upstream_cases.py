@@ -7,7 +7,7 @@ see README.md here for how each upstream provider decodes its parameters. A case
 with `backend: <dialect>` added — the only key ever added.
 
 Asserted: upstream's verdict (`verdict`), or, where the case records a deliberate difference
-documented in SPEC §2 or issue 14, `bridge_verdict` (with `bridge_reason`); and, where upstream
+documented in docs/compatibility.md, `bridge_verdict` (with `bridge_reason`); and, where upstream
 asserts them, the file names (`files`: each must be a planned file, or lie under a planned
 object that expands into a directory, such as an Azure version history; with
 `files_complete: true` no other file may be planned). `error_contains` and `versions` are
