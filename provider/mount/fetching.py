@@ -8,9 +8,10 @@ A shared read (a "load") runs as its own task on the provider's own budget (`loa
 kubelet's two minutes; retries within a third of it), not on the budget of the mount that
 started it: every caller waits for it at most until its *own* deadline, so a mount that joined
 late is never failed because the first one ran out of time, and the driver's re-sends of a
-failed mount join the read in flight instead of starting a retry series each (docs/architecture.md, "The driver's contract"). When
-neither cache is on, the last caller to give up cancels the load (nobody could use its result);
-otherwise it finishes in the background and refreshes the caches.
+failed mount join the read in flight instead of starting a retry series each
+(docs/architecture.md). When neither cache is on, the last caller to give up cancels the load
+(nobody could use its result); otherwise it finishes in the background and refreshes the
+caches.
 
 Serve-stale (`--serve-stale-max-age`, off by default): when the store fails transiently (down,
 hanging, throttled past our retries) — or has not answered within `--serve-stale-wait` — the
