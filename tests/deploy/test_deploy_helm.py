@@ -334,6 +334,7 @@ EVERY_VALUE: list[tuple[dict[str, Any], str, Any]] = [
     ({"allowNodeIdentityNamespaces": ["a", "b"]}, "allow_node_identity_namespaces", "a,b"),
     ({"tokenRequestFallback": {"enabled": True}}, "token_request_fallback", True),
     ({"strictParameters": True}, "strict_parameters", True),
+    ({"auditLog": "-"}, "audit_log", "-"),
     ({"vault": {"address": "https://vault:8200"}}, "vault__addr", "https://vault:8200"),
     ({"vault": {"namespace": "team-a"}}, "vault__namespace", "team-a"),
     ({"vault": {"caCert": "/etc/ca/ca.crt"}}, "vault__ca_cert", "/etc/ca/ca.crt"),
@@ -411,7 +412,6 @@ NOT_A_VALUE = {
     "gcp__local_channel",  # tests only
     "fake__store_file",  # the fake backend: tests and demos
     "fake__latency",
-    "audit_log",  # off by default; extraArgs: ["--audit-log=-"] (SECURITY.md, docs/deploy.md)
 }
 
 
@@ -475,6 +475,7 @@ REFUSED: list[tuple[str, dict[str, Any], str]] = [
     ("cache ttl as a string", {"cache": {"ttl": "30s"}}, "/cache/ttl"),
     ("negative revalidate age", {"cache": {"revalidateMaxAge": -1}}, "/cache/revalidateMaxAge"),
     ("negative stale age", {"cache": {"serveStaleMaxAge": -5}}, "/cache/serveStaleMaxAge"),
+    ("relative audit path", {"auditLog": "audit.log"}, "/auditLog"),
     ("unknown cache scope", {"cache": {"scope": "namespace"}}, "/cache/scope"),
     (
         "fractional fetch limit",

@@ -104,6 +104,7 @@ differs from the provider's default. Call with (list "flag-name" $value $default
 {{- if .Values.strictParameters }}
 - --strict-parameters
 {{- end }}
+{{- include "secrets-bridge.optionalFlag" (list "audit-log" .Values.auditLog "") }}
 {{- with .Values.vault }}
 {{- include "secrets-bridge.optionalFlag" (list "vault-addr" .address "") }}
 {{- include "secrets-bridge.optionalFlag" (list "vault-namespace" .namespace "") }}
