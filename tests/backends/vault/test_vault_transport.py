@@ -57,7 +57,9 @@ async def test_ca_directory(
 ) -> None:
     openssl = shutil.which("openssl")
     if openssl is None:
-        pytest.skip("openssl is needed to name a CA directory's hashed links")
+        pytest.fail(
+            "openssl is needed to name a CA directory's hashed links (apt-get install openssl)"
+        )
     assert openbao.ca_file is not None
     subject_hash = subprocess.run(
         [openssl, "x509", "-hash", "-noout", "-in", str(openbao.ca_file)],
