@@ -10,6 +10,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
+import weakref
 from typing import Any
 
 import grpc
@@ -36,7 +37,9 @@ class ProviderServicer(provider_pb2_grpc.CSIDriverProviderServicer):  # type: ig
         self._metrics = metrics
         #: `--audit-log`: every answer and refusal is recorded before it is sent.
         self._audit = audit
-        self._last_response: tuple[MountResult, provider_pb2.MountResponse] | None = None
+        self._last_response: tuple[weakref.ref[MountResult], provider_pb2.MountResponse] | None = (
+            None
+        )
         self._series: dict[tuple[str, str], tuple[Any, Any]] = {}
 
     async def Version(
@@ -154,15 +157,22 @@ class ProviderServicer(provider_pb2_grpc.CSIDriverProviderServicer):  # type: ig
 
     def _response(self, result: MountResult) -> provider_pb2.MountResponse:
         """The protobuf answer; reused while the mounter hands back the same (memoized)
-        result, which is what every cached mount of one class gets."""
+        result, which is what every cached mount of one class gets. The result is held weakly
+        and the response dropped with it, so with caching off no secret stays here either."""
         held = self._last_response
-        # With the audit trail on, each mount's result is a copy carrying its own sources;
-        # the files are still the memoized answer's.
-        if held is not None and held[0].files is result.files:
-            return held[1]
+        if held is not None:
+            if held[0]() is result:
+                return held[1]
+            self._last_response = None
         response = _response(result)
-        self._last_response = (result, response)
+        ref = weakref.ref(result, self._forget)
+        self._last_response = (ref, response)
         return response
+
+    def _forget(self, ref: weakref.ref[MountResult]) -> None:
+        held = self._last_response
+        if held is not None and held[0] is ref:
+            self._last_response = None
 
     def _record(self, backend: str, code: str, seconds: float) -> None:
         # The label children are looked up once per (backend, code): 3.3 -> 1.3 µs a mount.
