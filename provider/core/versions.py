@@ -32,11 +32,7 @@ class Versioner:
 
     @classmethod
     def from_file(cls, path: str) -> Versioner:
-        with open(path, "rb") as fh:
-            key = fh.read().strip()
-        if len(key) < 16:
-            raise ValueError(f"--hmac-key-file {path}: the key must be at least 16 bytes")
-        return cls(key)
+        return cls(read_installation_key(path))
 
     def of_content(self, object_id: str, content: bytes, *, scope: str) -> str:
         # Neither a namespace nor a file path contains NUL, so the fields cannot run together.
@@ -49,3 +45,13 @@ class Versioner:
         """A derived file's version: from its inputs' versions and its own content."""
         joined = "\0".join(versions).encode()
         return self.of_content(object_id, joined + b"\0\0" + content, scope=scope)
+
+
+def read_installation_key(path: str) -> bytes:
+    """The installation key of `--hmac-key-file` (object versions and the audit trail's MACs
+    both derive from it): OSError if unreadable, ValueError if shorter than 16 bytes."""
+    with open(path, "rb") as fh:
+        key = fh.read().strip()
+    if len(key) < 16:
+        raise ValueError(f"--hmac-key-file {path}: the key must be at least 16 bytes")
+    return key

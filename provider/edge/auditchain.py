@@ -28,6 +28,8 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
+from provider.core.versions import read_installation_key
+
 RECORD = "audit"
 START = "audit-start"
 _LABEL = b"secrets-bridge audit trail v1"
@@ -39,12 +41,8 @@ def derive_key(installation_key: bytes) -> bytes:
 
 
 def read_key(path: str) -> bytes:
-    """The audit key from the installation key file, read as object versions read it."""
-    with open(path, "rb") as fh:
-        key = fh.read().strip()
-    if len(key) < 16:
-        raise ValueError(f"--hmac-key-file {path}: the key must be at least 16 bytes")
-    return derive_key(key)
+    """The audit key, derived from the installation key file."""
+    return derive_key(read_installation_key(path))
 
 
 def mac_of(key: bytes, previous: str, body: str) -> str:
