@@ -139,6 +139,25 @@ def _result(host: str, info: tuple[object, ...]) -> ResolveResult:
     )
 
 
+#: OAuth 2.0 error codes (RFC 6749 5.2, RFC 8693, and Entra's interaction_required): the only
+#: part of a token endpoint's refusal that is reported by name; the rest is never relayed.
+OAUTH_ERRORS = frozenset(
+    {
+        "invalid_request",
+        "invalid_client",
+        "invalid_grant",
+        "unauthorized_client",
+        "unsupported_grant_type",
+        "invalid_scope",
+        "invalid_target",
+        "access_denied",
+        "interaction_required",
+        "temporarily_unavailable",
+        "server_error",
+    }
+)
+
+
 @dataclass(eq=False)
 class _Entry:
     session: aiohttp.ClientSession

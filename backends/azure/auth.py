@@ -26,6 +26,7 @@ from typing import Any
 from backends import nodefiles
 from backends.azure.dialect import CLOUDS, AzureStore
 from backends.azure.options import Options
+from backends.wire import OAUTH_ERRORS
 from provider.core.backend import BackendEnv
 from provider.core.caching import ExpiringCache
 from provider.core.errors import (
@@ -177,20 +178,6 @@ class WrongTenant(LoginRefused):
     ask for a token there, so nothing reached Entra; the fix is tenantID."""
 
 
-#: OAuth 2.0 error codes (RFC 6749 5.2) Entra answers with, reported by name.
-OAUTH_ERRORS = frozenset(
-    {
-        "invalid_request",
-        "invalid_client",
-        "invalid_grant",
-        "unauthorized_client",
-        "unsupported_grant_type",
-        "invalid_scope",
-        "access_denied",
-        "interaction_required",
-        "temporarily_unavailable",
-    }
-)
 _AADSTS = re.compile(r"\bAADSTS\d{4,6}\b")
 _OAUTH = re.compile(r"\b[a-z]+(?:_[a-z]+)+\b")
 

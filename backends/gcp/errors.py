@@ -24,6 +24,7 @@ import grpc
 from google.api_core import exceptions as api
 from google.auth import exceptions as auth
 
+from backends.wire import OAUTH_ERRORS
 from provider.core.errors import (
     BridgeError,
     InvalidParameters,
@@ -130,21 +131,6 @@ def http_error(status: int, body: str, what: str, fix: str, retry_after: str | N
     return StoreUnavailable(f"{what} failed {detail}")
 
 
-#: OAuth 2.0 error codes (RFC 6749 5.2, RFC 8693) that STS and token endpoints answer with.
-OAUTH_ERRORS = frozenset(
-    {
-        "invalid_request",
-        "invalid_client",
-        "invalid_grant",
-        "unauthorized_client",
-        "unsupported_grant_type",
-        "invalid_scope",
-        "invalid_target",
-        "access_denied",
-        "temporarily_unavailable",
-        "server_error",
-    }
-)
 #: google.rpc.Code names, as Google's JSON errors carry them in `error.status`.
 GOOGLE_STATUSES = frozenset(c.name for c in grpc.StatusCode)
 
