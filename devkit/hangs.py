@@ -22,10 +22,9 @@ from __future__ import annotations
 import asyncio
 from collections.abc import Callable
 
-import aiohttp
 from aiohttp import web
 
-from devkit.ports import serve_app
+from devkit.proxy import Proxy
 
 Rule = Callable[[web.Request], bool]
 
@@ -39,25 +38,14 @@ def _always(_request: web.Request) -> bool:
     return True
 
 
-class HangProxy:
+class HangProxy(Proxy):
     def __init__(self, upstream: str) -> None:
-        self.upstream = upstream
-        self.url = ""
-        self.calls = 0
+        super().__init__(upstream)
         self.held = 0
         self._hang: Rule | None = None
         self._delay = 0.0
         self._slow: Rule = _always
         self._released = asyncio.Event()
-        self._runner: web.AppRunner | None = None
-        self._http: aiohttp.ClientSession | None = None
-
-    async def start(self) -> None:
-        self._http = aiohttp.ClientSession(auto_decompress=False)
-        app = web.Application(client_max_size=16 * 1024 * 1024)
-        app.router.add_route("*", "/{tail:.*}", self._handle)
-        self._runner, port = await serve_app(app, shutdown_timeout=1.0)
-        self.url = f"http://127.0.0.1:{port}"
 
     def hang(self, when: Rule = _always) -> None:
         self._hang = when
@@ -73,7 +61,6 @@ class HangProxy:
         self._released.set()
 
     async def _handle(self, request: web.Request) -> web.StreamResponse:
-        assert self._http is not None
         self.calls += 1
         body = await request.read()
         if self._hang is not None and self._hang(request):
@@ -85,18 +72,8 @@ class HangProxy:
             return web.Response(status=503, text="released")
         if self._delay and self._slow(request):
             await asyncio.sleep(self._delay)
-        headers = {k: v for k, v in request.headers.items() if k.lower() != "host"}
-        async with self._http.request(
-            request.method, self.upstream + request.path_qs, data=body, headers=headers
-        ) as resp:
-            payload = await resp.read()
-            skip = {"content-length", "transfer-encoding", "content-encoding", "connection"}
-            out = {k: v for k, v in resp.headers.items() if k.lower() not in skip}
-            return web.Response(status=resp.status, body=payload, headers=out)
+        return await self._forward(request, body)
 
     async def stop(self) -> None:
         self._released.set()
-        if self._runner is not None:
-            await self._runner.cleanup()
-        if self._http is not None:
-            await self._http.close()
+        await super().stop()
