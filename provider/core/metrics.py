@@ -128,8 +128,8 @@ class _CacheCounter:
         self._cache = cache
         self._children: dict[str, Any] = {}
 
-    def __call__(self, event: str) -> None:
+    def __call__(self, event: str, count: int = 1) -> None:
         child = self._children.get(event)
         if child is None:
             child = self._children[event] = self._metrics.cache_events.labels(self._cache, event)
-        child.inc()
+        child.inc(count)

@@ -94,13 +94,20 @@ def _tokens(raw: str) -> Mapping[str, PodToken]:
 def _permission(text: str) -> int:
     if text.strip() == "":
         return DEFAULT_PERMISSION
-    try:
-        mode = json.loads(text)
-    except ValueError:
-        mode = None
+    if len(text) <= 3 and text.isascii() and text.isdigit() and (text[0] != "0" or text == "0"):
+        mode: object = int(text)  # what the driver sends ("420"), without a JSON parse
+    else:
+        mode = _json_number(text)
     if not isinstance(mode, int) or isinstance(mode, bool) or not 0 <= mode <= 0o777:
         raise InvalidParameters(
             f'permission: expected a decimal file mode between 0 and 511 (e.g. "420" for '
             f"0644), got {text[:20]!r}"
         )
     return mode
+
+
+def _json_number(text: str) -> object:
+    try:
+        return json.loads(text)
+    except ValueError:
+        return None

@@ -14,10 +14,19 @@ from typing import Any
 
 
 class JsonFormatter(logging.Formatter):
+    def __init__(self) -> None:
+        super().__init__()
+        # The timestamp's seconds are formatted once per second, not once per line.
+        self._second = -1
+        self._stamp = ""
+
     def format(self, record: logging.LogRecord) -> str:
+        second = int(record.created)
+        if second != self._second:
+            self._stamp = time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime(second))
+            self._second = second
         entry: dict[str, Any] = {
-            "ts": time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime(record.created))
-            + f".{int(record.msecs):03d}Z",
+            "ts": f"{self._stamp}.{int(record.msecs):03d}Z",
             "level": record.levelname.lower(),
             "logger": record.name,
             "msg": record.getMessage(),
@@ -25,7 +34,11 @@ class JsonFormatter(logging.Formatter):
         entry.update(getattr(record, "fields", {}) or {})
         if record.exc_info:
             entry["exception"] = self.formatException(record.exc_info)
-        return json.dumps(entry, default=str)
+        return _ENCODER.encode(entry)
+
+
+# One encoder for every line: `json.dumps(..., default=str)` builds a new one per call.
+_ENCODER = json.JSONEncoder(default=str)
 
 
 class TextFormatter(logging.Formatter):
@@ -68,14 +81,9 @@ def _value(value: object) -> str:
     return text
 
 
-class _FlushingHandler(logging.StreamHandler):  # type: ignore[type-arg]
-    def emit(self, record: logging.LogRecord) -> None:
-        super().emit(record)
-        self.flush()
-
-
 def configure(level: str = "info", fmt: str = "json") -> None:
-    handler = _FlushingHandler(sys.stderr)
+    # StreamHandler flushes after every record: a line is on stderr as soon as it is logged.
+    handler = logging.StreamHandler(sys.stderr)
     handler.setFormatter(JsonFormatter() if fmt == "json" else TextFormatter())
     root = logging.getLogger()
     root.handlers[:] = [handler]

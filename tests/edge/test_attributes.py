@@ -64,3 +64,19 @@ def test_malformed(attributes: str, secrets: str, permission: str, message: str)
     with pytest.raises(InvalidParameters) as info:
         parse_request(attributes, secrets, permission, "")
     assert message in str(info.value)
+
+
+@pytest.mark.parametrize(
+    ("permission", "mode"),
+    [("420", 0o644), ("0", 0), ("511", 0o777), (" 384 ", 0o600), ("", 0o644)],
+)
+def test_permission(permission: str, mode: int) -> None:
+    assert parse_request(json.dumps(POD), "null", permission, "").permission == mode
+
+
+# A leading zero is not JSON (no octal guess), and a hostile digit string is refused, not
+# converted (Python refuses int() of over 4,300 digits with an error of its own).
+@pytest.mark.parametrize("permission", ["0644", "00", "512", "9" * 100_000, "4e2", "٤٢٠"])
+def test_permission_refused(permission: str) -> None:
+    with pytest.raises(InvalidParameters, match="permission: expected a decimal file mode"):
+        parse_request(json.dumps(POD), "null", permission, "")
