@@ -137,6 +137,17 @@ def add_serve_flags(parser: argparse.ArgumentParser, *, with_socket: bool = True
         )
     flag(g, "--log-level", "info", "|".join(LOG_LEVELS), metavar="LEVEL", type=log_level)
     flag(g, "--log-format", "json", "json or text", choices=["json", "text"])
+    if with_socket:
+        flag(
+            g,
+            "--log-repeats-every",
+            600.0,
+            "seconds between a volume's mount lines while its answer is unchanged (rotation "
+            "polls); the lines in between are counted in the next one's `repeats`; 0 logs "
+            "every mount",
+            metavar="SECONDS",
+            type=seconds(),
+        )
     flag(
         g,
         "--hmac-key-file",
@@ -293,6 +304,7 @@ def settings_from_args(args: argparse.Namespace) -> ServeSettings:
         health_addr=getattr(args, "health_addr", "0.0.0.0:8098"),
         log_level=args.log_level,
         log_format=args.log_format,
+        log_repeats_every=getattr(args, "log_repeats_every", 600.0),
         grace_period=getattr(args, "grace_period", 10.0),
         hmac_key_file=args.hmac_key_file,
         audit_log=getattr(args, "audit_log", None),

@@ -60,6 +60,8 @@ class ServeSettings:
     health_addr: str = "0.0.0.0:8098"
     log_level: str = "info"
     log_format: Literal["json", "text"] = "json"
+    #: Seconds between a volume's log lines while its answer is unchanged (0: every mount).
+    log_repeats_every: float = 600.0
     #: Seconds in-flight mounts may take to finish after SIGTERM.
     grace_period: float = 10.0
     hmac_key_file: str | None = None

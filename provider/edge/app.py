@@ -135,7 +135,12 @@ async def serve(
     metrics = Metrics()
     mounter, backends = build_mounter(settings, metrics)
     audit = open_audit(settings, metrics, mounter)
-    servicer = ProviderServicer(mounter=mounter, metrics=metrics, audit=audit)
+    servicer = ProviderServicer(
+        mounter=mounter,
+        metrics=metrics,
+        audit=audit,
+        log_repeats_every=settings.log_repeats_every,
+    )
     server = build_server(servicer, max_send_bytes=settings.core.max_response_bytes + 65536)
     # Nothing is bound before every check passed: a refused start leaves no socket behind.
     await claim_socket(settings.socket)

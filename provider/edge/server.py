@@ -21,6 +21,7 @@ from provider.core.errors import INTERNAL_TEXT, BridgeError, DeadlineExceeded
 from provider.core.metrics import Metrics
 from provider.edge.attributes import parse_request
 from provider.edge.audit import UNWRITABLE_TEXT, AuditTrail
+from provider.edge.repeats import Repeats
 from provider.mount.mounting import DEFAULT_DEADLINE, Mounter, MountInput, MountResult
 
 log = logging.getLogger("secrets_bridge.server")
@@ -31,10 +32,17 @@ RUNTIME_NAME = "secrets-bridge"
 
 class ProviderServicer(provider_pb2_grpc.CSIDriverProviderServicer):  # type: ignore[misc]
     def __init__(
-        self, *, mounter: Mounter, metrics: Metrics, audit: AuditTrail | None = None
+        self,
+        *,
+        mounter: Mounter,
+        metrics: Metrics,
+        audit: AuditTrail | None = None,
+        log_repeats_every: float = 0.0,
     ) -> None:
         self._mounter = mounter
         self._metrics = metrics
+        #: `--log-repeats-every`: a volume's unchanged re-mounts are counted, not each logged.
+        self._repeats = Repeats(log_repeats_every)
         #: `--audit-log`: every answer and refusal is recorded before it is sent.
         self._audit = audit
         self._last_response: tuple[weakref.ref[MountResult], provider_pb2.MountResponse] | None = (
@@ -106,7 +114,7 @@ class ProviderServicer(provider_pb2_grpc.CSIDriverProviderServicer):  # type: ig
             if audit is not None and not audit.answered(mount_input, result):
                 code, message, audit = grpc.StatusCode.UNAVAILABLE, UNWRITABLE_TEXT, None
             else:
-                return self._answer(result, fields, start)
+                return self._answer(result, mount_input.target_path, fields, start)
         if audit is not None:
             audit.refused(mount_input, code.name, message)
         try:
@@ -124,27 +132,30 @@ class ProviderServicer(provider_pb2_grpc.CSIDriverProviderServicer):  # type: ig
         raise AssertionError("unreachable: context.abort raises")
 
     def _answer(
-        self, result: MountResult, fields: dict[str, object], start: float
+        self, result: MountResult, volume: str, fields: dict[str, object], start: float
     ) -> provider_pb2.MountResponse:
-        elapsed = time.perf_counter() - start
+        end = time.perf_counter()
+        elapsed = end - start
         self._record(result.backend, "OK", elapsed)
-        log.info(
-            "mount",
-            extra={
-                "fields": {
+        if log.isEnabledFor(logging.INFO):
+            answer = (fields["class"], result.versions)
+            repeats = self._repeats.quiet(volume, answer, elapsed, end)
+            if repeats is not None:
+                line = {
                     **fields,
                     "backend": result.backend,
                     "files": len(result.files),
                     "ms": round(elapsed * 1000, 1),
                 }
-            },
-        )
+                if repeats:
+                    line["repeats"] = repeats
+                log.info("mount", extra={"fields": line})
         # Versions are readable in the pod's namespace; logged so the suite's leak guard
-        # checks them too (they are HMACs or store version ids, never content).
-        log.debug(
-            "mount answer",
-            extra={"fields": {**fields, "versions": {v.id: v.version for v in result.versions}}},
-        )
+        # checks them too (they are HMACs or store version ids, never content). Built only
+        # when debug is on: this is the path of every mount.
+        if log.isEnabledFor(logging.DEBUG):
+            versions = {v.id: v.version for v in result.versions}
+            log.debug("mount answer", extra={"fields": {**fields, "versions": versions}})
         return self._response(result)
 
     def _gone(self, backend: str, fields: dict[str, object], start: float) -> None:

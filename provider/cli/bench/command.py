@@ -146,7 +146,7 @@ async def started(args: argparse.Namespace, pods: int, work: Path) -> AsyncItera
         cmd = [
             sys.executable, "-m", "provider.cli.main", "serve",
             "--socket", str(socket), "--health-addr", f"127.0.0.1:{health}",
-            "--hmac-key-file", str(key), "--log-level", "warning",
+            "--hmac-key-file", str(key),
             "--cache-ttl", str(args.cache_ttl),
             *(a for rig in rigs for a in rig.provider_args), *args.provider_arg,
         ]  # fmt: skip
