@@ -29,8 +29,9 @@ from collections.abc import Mapping
 from backends.aws.descriptors import parse_object
 from backends.aws.options import Options
 from backends.aws.refs import AwsRef, AwsStore, Target
+from provider.core.boundedyaml import load_yaml
 from provider.core.model import ObjectSpec, ParseContext, StorePlan
-from provider.core.parsing import Problems, expect_list, go_bool, load_yaml, unique_names
+from provider.core.parsing import Problems, expect_list, go_bool, unique_names
 
 __all__ = ["KEYS", "AwsRef", "AwsStore", "Target", "parse"]
 

@@ -11,13 +11,13 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any, Literal
 
+from provider.core.boundedyaml import load_yaml
 from provider.core.model import ObjectSpec, ParseContext, Transforms
 from provider.core.parsing import (
     TRANSFORM_KEYS,
     Problems,
     expect_list,
     expect_str,
-    load_yaml,
     parse_mode,
     parse_transforms,
     unknown_keys,

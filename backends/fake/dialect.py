@@ -16,6 +16,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 
 from backends.fake.options import Options
+from provider.core.boundedyaml import load_yaml
 from provider.core.model import ObjectSpec, ParseContext, StorePlan
 from provider.core.parsing import (
     TRANSFORM_KEYS,
@@ -23,7 +24,6 @@ from provider.core.parsing import (
     expect_list,
     expect_map,
     expect_str,
-    load_yaml,
     parse_mode,
     parse_transforms,
     unique_names,

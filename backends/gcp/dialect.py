@@ -24,6 +24,7 @@ from dataclasses import dataclass
 from typing import Any, Literal
 
 from backends.gcp.options import DEFAULT_GKE_PROVIDER, Options
+from provider.core.boundedyaml import load_yaml
 from provider.core.model import ObjectSpec, ParseContext, StorePlan, Transforms
 from provider.core.parsing import (
     TRANSFORM_KEYS,
@@ -31,7 +32,6 @@ from provider.core.parsing import (
     expect_list,
     expect_map,
     expect_str,
-    load_yaml,
     parse_mode,
     parse_transforms,
     unique_names,

@@ -18,6 +18,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from provider.core.boundedyaml import load_yaml
 from provider.core.errors import InvalidParameters
 from provider.core.model import ObjectSpec, ParseContext, Transforms
 from provider.core.parsing import (
@@ -26,7 +27,6 @@ from provider.core.parsing import (
     expect_list,
     expect_map,
     expect_str,
-    load_yaml,
     parse_mode,
     parse_transforms,
     unique_names,

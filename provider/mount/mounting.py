@@ -18,10 +18,10 @@ from dataclasses import dataclass
 from typing import Any, Generic, TypeVar
 
 from provider.core.backend import AnyBackend
+from provider.core.boundedyaml import yaml_node_budget
 from provider.core.errors import BridgeError, InvalidParameters, LimitExceeded, MountFailed
 from provider.core.files import File, ObjectVersion, overlap_problems, path_problem
 from provider.core.model import FetchContext, ObjectSpec, Pod, SecretValue, Source
-from provider.core.parsing import yaml_node_budget
 from provider.core.versions import Versioner
 from provider.mount import gathering, templates, transforms
 from provider.mount.auditing import Served, served
@@ -242,7 +242,7 @@ class Mounter:
                 ref() is value for ref, value in zip(held_values, flat, strict=True)
             ):
                 return result
-        # One YAML budget for all the secret values of the mount (see provider/core/parsing.py).
+        # One YAML budget for all the secret values of the mount (see provider/core/boundedyaml.py).
         with yaml_node_budget():
             result = self._build(plan, values, permission, scope, order)
         size = sum(len(f.contents) for f in result.files)

@@ -13,10 +13,11 @@ from dataclasses import dataclass
 from typing import Any
 
 from backends import registry
+from provider.core.boundedyaml import yaml_node_budget
 from provider.core.errors import InvalidParameters
 from provider.core.files import overlap_problems, path_problem
 from provider.core.model import AnyPlan, ObjectSpec, ParseContext
-from provider.core.parsing import Problems, yaml_node_budget
+from provider.core.parsing import Problems
 from provider.mount import stores as named_stores
 from provider.mount import templates
 from provider.mount.stores import NamedStore

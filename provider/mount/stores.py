@@ -29,9 +29,10 @@ from typing import Any
 import yaml
 
 from backends import registry
+from provider.core.boundedyaml import load_yaml
 from provider.core.errors import InvalidParameters
 from provider.core.model import AnyPlan, ObjectSpec, ParseContext
-from provider.core.parsing import Problems, expect_str, load_yaml, unique_names
+from provider.core.parsing import Problems, expect_str, unique_names
 
 STORE_KEY = "store"
 FALLBACK_KEY = "fallback"

@@ -21,13 +21,13 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Literal
 
+from provider.core.boundedyaml import load_yaml
 from provider.core.errors import InvalidParameters, LimitExceeded
 from provider.core.parsing import (
     Problems,
     expect_list,
     expect_map,
     expect_str,
-    load_yaml,
     parse_mode,
     shown,
     unknown_keys,

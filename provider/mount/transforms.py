@@ -23,9 +23,10 @@ from typing import Any, TypeVar
 
 from jmespath.exceptions import JMESPathError, JMESPathTypeError
 
+from provider.core.boundedyaml import MAX_YAML_BYTES, load_yaml_safe
 from provider.core.errors import BridgeError, InvalidParameters, LimitExceeded, NotFound
 from provider.core.model import ObjectSpec, SecretValue, Transforms
-from provider.core.parsing import MAX_YAML_BYTES, load_yaml_safe, shown
+from provider.core.parsing import shown
 from provider.mount import jmes
 
 #: (path relative to the object's name: "" for the object's own file, else a sub-path; bytes)

@@ -6,8 +6,9 @@ import time
 
 import pytest
 
+from provider.core.boundedyaml import load_yaml
 from provider.core.errors import InvalidParameters
-from provider.core.parsing import Problems, load_yaml, parse_bool, parse_mode
+from provider.core.parsing import Problems, parse_bool, parse_mode
 
 
 @pytest.mark.parametrize(

@@ -17,13 +17,9 @@ from typing import Any
 import pytest
 
 from devkit.testing import Harness, make_pod
+from provider.core.boundedyaml import MAX_YAML_NODES, load_yaml, yaml_node_budget
 from provider.core.errors import BridgeError, InvalidParameters, LimitExceeded, MountFailed
-from provider.core.parsing import (
-    MAX_JMESPATH_CHARS,
-    MAX_YAML_NODES,
-    load_yaml,
-    yaml_node_budget,
-)
+from provider.core.parsing import MAX_JMESPATH_CHARS
 from provider.mount import mounting
 from provider.mount.jmes import MAX_STEPS as MAX_EXTRACT_STEPS
 from provider.mount.templates import MAX_TEMPLATE_BYTES
