@@ -314,6 +314,7 @@ EVERY_VALUE: list[tuple[dict[str, Any], str, Any]] = [
     ({"logLevel": "debug"}, "log_level", "debug"),
     ({"logFormat": "text"}, "log_format", "text"),
     ({"gracePeriodSeconds": 20, "terminationGracePeriodSeconds": 40}, "grace_period", 20.0),
+    ({"logRepeatsEverySeconds": 0}, "log_repeats_every", 0.0),
     ({"healthPort": 9100}, "health_addr", "0.0.0.0:9100"),
     ({"providersDir": "/run/providers"}, "socket", "/run/providers/secrets-bridge.sock"),
     ({"cache": {"ttl": 12.5}}, "cache_ttl", 12.5),
