@@ -1,4 +1,4 @@
-"""One Mount, store-neutral: plan -> identity -> fetch -> transforms/templates -> files.
+"""One Mount, store-neutral: plan -> identity -> fetch -> files (provider/mount/building.py).
 
 All or nothing: every object's failure is gathered into one error, and no file is returned
 unless every object and template succeeded and every path passed the driver's rules.
@@ -7,9 +7,7 @@ unless every object and template succeeded and every path passed the driver's ru
 from __future__ import annotations
 
 import dataclasses
-import functools
 import logging
-import operator
 import time
 import weakref
 from collections import OrderedDict
@@ -19,12 +17,13 @@ from typing import Any, Generic, TypeVar
 
 from provider.core.backend import AnyBackend
 from provider.core.boundedyaml import yaml_node_budget
-from provider.core.errors import BridgeError, InvalidParameters, LimitExceeded, MountFailed
-from provider.core.files import File, ObjectVersion, overlap_problems, path_problem
-from provider.core.model import FetchContext, ObjectSpec, Pod, SecretValue, Source
+from provider.core.errors import BridgeError, InvalidParameters, MountFailed
+from provider.core.files import File, ObjectVersion
+from provider.core.model import FetchContext, Pod, SecretValue, Source
 from provider.core.versions import Versioner
-from provider.mount import gathering, templates, transforms
+from provider.mount import gathering
 from provider.mount.auditing import Served, served
+from provider.mount.building import Builder
 from provider.mount.fetching import Fetcher
 from provider.mount.gathering import Inputs
 from provider.mount.planning import KUBELET_PREFIX, MountPlan, parse_plan
@@ -78,10 +77,9 @@ class Mounter:
         self._strict = strict_parameters
         self._options_for = options_for
         self._fetcher = fetcher
-        self._versioner = versioner
+        self._builder = Builder(versioner, max_response_bytes)
         self._enable_fake = enable_fake
         self._max_objects = max_objects
-        self._max_bytes = max_response_bytes
         # Parsed plans by parameters: every pod of a class sends the same parameters, and
         # parsing YAML costs more than the rest of a cached mount. Plans are pure functions of
         # the parameters (and the fixed provider options), so reusing them is safe.
@@ -159,7 +157,7 @@ class Mounter:
         if failures:
             # Report every problem at once: the objects that were fetched are built too, so a
             # wrong secretKey shows up beside an unreachable path, not after it is fixed.
-            failures += self._build_failures(plan, values)
+            failures += self._builder.failures(plan, values)
             raise MountFailed(failures, context=f"{plan.store.backend}, {identity.subject}")
         answer = self._build_memoized(plan, values, request.permission, request.pod.namespace)
         return answer if sources is None else _with_served(answer, plan, sources)
@@ -194,28 +192,11 @@ class Mounter:
             sources=sources,
         )
         if got.failures:
-            failures = got.failures + self._build_failures(plan, got.values, got.inputs)
+            failures = got.failures + self._builder.failures(plan, got.values, got.inputs)
             raise MountFailed(failures, context=request.pod.subject)
         return self._build_memoized(
             plan, got.values, request.permission, request.pod.namespace, got.inputs
         )
-
-    def _build_failures(
-        self,
-        plan: MountPlan,
-        values: Mapping[Hashable, Sequence[SecretValue]],
-        order: Inputs | None = None,
-    ) -> list[tuple[str, BridgeError]]:
-        failures: list[tuple[str, BridgeError]] = []
-        parsed: dict[Any, Any] = {}
-        with yaml_node_budget():
-            for spec, key in _inputs(plan) if order is None else order:
-                if key in values:
-                    try:
-                        self._object_files(spec, values[key], self._max_bytes, "", parsed)
-                    except BridgeError as exc:
-                        failures.append((spec.name, exc))
-        return failures
 
     def _build_memoized(
         self,
@@ -244,110 +225,13 @@ class Mounter:
                 return result
         # One YAML budget for all the secret values of the mount (see provider/core/boundedyaml.py).
         with yaml_node_budget():
-            result = self._build(plan, values, permission, scope, order)
+            built = self._builder.build(plan, values, permission, scope, order)
+        result = MountResult(built.files, built.versions, plan.backend, built.object_versions)
         size = sum(len(f.contents) for f in result.files)
         self._answers.put(key, (plan, tuple(weakref.ref(v) for v in flat), result), size)
         for value in flat:
             weakref.finalize(value, self._answers.drop, key)
         return result
-
-    def _build(
-        self,
-        plan: MountPlan,
-        values: Mapping[Hashable, Sequence[SecretValue]],
-        permission: int,
-        scope: str,
-        order: Inputs | None = None,
-    ) -> MountResult:
-        """All files, each step refused before it would build past what is left of
-        --max-response-bytes. Every byte built counts, `file: false` inputs of templates too,
-        so no class makes the provider hold more than about the limit for one mount."""
-        left = self._max_bytes
-        files: list[File] = []
-        versions: list[ObjectVersion] = []
-        inputs: dict[str, bytes] = {}
-        input_versions: dict[str, str] = {}
-        input_modes: dict[str, int] = {}
-        failures: list[tuple[str, BridgeError]] = []
-        parsed: dict[Any, Any] = {}
-        per_object: list[tuple[str, tuple[str, ...]]] = []
-        for spec, key in _inputs(plan) if order is None else order:
-            try:
-                built = self._object_files(spec, values[key], left, scope, parsed)
-            except BridgeError as exc:
-                failures.append((spec.name, exc))
-                continue
-            per_object.append((spec.name, tuple(b[3] for b in built)))
-            for path, content, version_id, version in built:
-                left -= len(content) + len(path)
-                inputs[path] = content
-                input_versions[path] = version
-                # Every file an object yields (extracted, exploded) gets the object's mode.
-                mode = input_modes[path] = permission if spec.mode is None else spec.mode
-                if spec.transforms.file:
-                    files.append(File(path, mode, content))
-                    versions.append(ObjectVersion(version_id, version))
-        if failures:
-            raise MountFailed(failures, context=plan.backend)
-        for tmpl in plan.templates:
-            content = templates.render(tmpl, inputs, left - len(tmpl.path))
-            left -= len(content) + len(tmpl.path)
-            used = sorted(tmpl.objects or inputs)
-            version = self._versioner.of_inputs(
-                tmpl.path, [input_versions.get(n, "") for n in used], content, scope=scope
-            )
-            mode = tmpl.mode if tmpl.mode is not None else _strictest(used, input_modes, permission)
-            files.append(File(tmpl.path, mode, content))
-            versions.append(ObjectVersion(tmpl.path, version))
-        self._check(files)
-        return MountResult(tuple(files), tuple(versions), plan.backend, tuple(per_object))
-
-    def _object_files(
-        self,
-        spec: ObjectSpec[Any],
-        values: Sequence[SecretValue],
-        limit: int,
-        scope: str,
-        parsed: dict[Any, Any],
-    ) -> list[tuple[str, bytes, str, str]]:
-        """(path, content, version id, version) for each file of one object, at most `limit`
-        bytes of paths and contents in all."""
-        out = []
-        for value in values:
-            base = f"{spec.name}/{value.suffix}" if value.suffix else spec.name
-            # The object's own path counts too; sub-paths of explode are checked at the end.
-            pieces = transforms.apply(
-                spec, value, limit - len(base), work=self._max_bytes, parsed=parsed
-            )
-            for sub, content in pieces:
-                path = f"{base}/{sub}" if sub else base
-                limit -= len(content) + len(path)
-                problem = path_problem(path)
-                if problem:
-                    raise InvalidParameters(f"{spec.field or 'object'}: {problem}")
-                # Ids as the store's upstream provider reports them (docs/compatibility.md);
-                # a file of `explode` is named by its path.
-                version_id = (value.version_id or spec.version_id or path) if not sub else path
-                if value.version and spec.transforms.identity:
-                    version = value.version
-                else:
-                    version = self._versioner.of_content(version_id, content, scope=scope)
-                out.append((path, content, version_id, version))
-        return out
-
-    def _check(self, files: list[File]) -> None:
-        problems = overlap_problems([f.path for f in files])
-        if problems:
-            raise InvalidParameters(problems)
-        if not files:
-            raise InvalidParameters("the mount produced no files; the driver would keep old files")
-        total = sum(len(f.contents) + len(f.path) for f in files)
-        if total > self._max_bytes:
-            raise LimitExceeded(
-                f"the answer would be {total} bytes, over the provider's limit of "
-                f"{self._max_bytes} (--max-response-bytes); split the class or raise the limit "
-                "(the driver's own default limit is 4 MiB; over 1 MiB breaks sync to a Secret)"
-            )
 
 
 @dataclass(frozen=True)
@@ -399,22 +283,9 @@ class _Memo(Generic[K, V]):
         return len(self._entries)
 
 
-def _inputs(plan: MountPlan) -> Inputs:
-    """A one-store class's objects, each keyed by its ref (several may share one read)."""
-    return [(spec, spec.ref) for spec in plan.store.objects]
-
-
 def _with_served(
     answer: MountResult, plan: MountPlan, sources: Mapping[Any, Source]
 ) -> MountResult:
     # The memoized answer is shared by every mount built from the same values; the record of
     # where they came from is this mount's own.
     return dataclasses.replace(answer, served=served(plan, answer.object_versions, sources))
-
-
-def _strictest(names: Sequence[str], modes: Mapping[str, int], default: int) -> int:
-    """A template's default mode: no more readable than any object it renders (the bitwise AND
-    of their modes), so a secret never becomes more readable by being templated."""
-    if not names:
-        return default
-    return functools.reduce(operator.and_, (modes.get(n, default) for n in names))

@@ -1,0 +1,162 @@
+"""Files from fetched values: transforms, templates, versions and the driver's path rules,
+all within --max-response-bytes (provider/mount/mounting.py memoizes the result).
+"""
+
+from __future__ import annotations
+
+import functools
+import operator
+from collections.abc import Hashable, Mapping, Sequence
+from typing import Any, NamedTuple
+
+from provider.core.boundedyaml import yaml_node_budget
+from provider.core.errors import BridgeError, InvalidParameters, LimitExceeded, MountFailed
+from provider.core.files import File, ObjectVersion, overlap_problems, path_problem
+from provider.core.model import ObjectSpec, SecretValue
+from provider.core.versions import Versioner
+from provider.mount import templates, transforms
+from provider.mount.gathering import Inputs
+from provider.mount.planning import MountPlan
+
+
+class Built(NamedTuple):
+    files: tuple[File, ...]
+    versions: tuple[ObjectVersion, ...]
+    #: Each object's name and the versions of the files it yielded (`file: false` ones too).
+    object_versions: tuple[tuple[str, tuple[str, ...]], ...]
+
+
+class Builder:
+    def __init__(self, versioner: Versioner, max_bytes: int) -> None:
+        self._versioner = versioner
+        self._max_bytes = max_bytes
+
+    def failures(
+        self,
+        plan: MountPlan,
+        values: Mapping[Hashable, Sequence[SecretValue]],
+        order: Inputs | None = None,
+    ) -> list[tuple[str, BridgeError]]:
+        """Each object's transform problem, for a mount that failed anyway: the objects that
+        were fetched are built too, so a wrong secretKey shows beside an unreachable path."""
+        failures: list[tuple[str, BridgeError]] = []
+        parsed: dict[Any, Any] = {}
+        with yaml_node_budget():
+            for spec, key in plan_inputs(plan) if order is None else order:
+                if key in values:
+                    try:
+                        self._object_files(spec, values[key], self._max_bytes, "", parsed)
+                    except BridgeError as exc:
+                        failures.append((spec.name, exc))
+        return failures
+
+    def build(
+        self,
+        plan: MountPlan,
+        values: Mapping[Hashable, Sequence[SecretValue]],
+        permission: int,
+        scope: str,
+        order: Inputs | None = None,
+    ) -> Built:
+        """All files, each step refused before it would build past what is left of
+        --max-response-bytes. Every byte built counts, `file: false` inputs of templates too,
+        so no class makes the provider hold more than about the limit for one mount."""
+        left = self._max_bytes
+        files: list[File] = []
+        versions: list[ObjectVersion] = []
+        inputs: dict[str, bytes] = {}
+        input_versions: dict[str, str] = {}
+        input_modes: dict[str, int] = {}
+        failures: list[tuple[str, BridgeError]] = []
+        parsed: dict[Any, Any] = {}
+        per_object: list[tuple[str, tuple[str, ...]]] = []
+        for spec, key in plan_inputs(plan) if order is None else order:
+            try:
+                built = self._object_files(spec, values[key], left, scope, parsed)
+            except BridgeError as exc:
+                failures.append((spec.name, exc))
+                continue
+            per_object.append((spec.name, tuple(b[3] for b in built)))
+            for path, content, version_id, version in built:
+                left -= len(content) + len(path)
+                inputs[path] = content
+                input_versions[path] = version
+                # Every file an object yields (extracted, exploded) gets the object's mode.
+                mode = input_modes[path] = permission if spec.mode is None else spec.mode
+                if spec.transforms.file:
+                    files.append(File(path, mode, content))
+                    versions.append(ObjectVersion(version_id, version))
+        if failures:
+            raise MountFailed(failures, context=plan.backend)
+        for tmpl in plan.templates:
+            content = templates.render(tmpl, inputs, left - len(tmpl.path))
+            left -= len(content) + len(tmpl.path)
+            used = sorted(tmpl.objects or inputs)
+            version = self._versioner.of_inputs(
+                tmpl.path, [input_versions.get(n, "") for n in used], content, scope=scope
+            )
+            mode = tmpl.mode if tmpl.mode is not None else _strictest(used, input_modes, permission)
+            files.append(File(tmpl.path, mode, content))
+            versions.append(ObjectVersion(tmpl.path, version))
+        self._check(files)
+        return Built(tuple(files), tuple(versions), tuple(per_object))
+
+    def _object_files(
+        self,
+        spec: ObjectSpec[Any],
+        values: Sequence[SecretValue],
+        limit: int,
+        scope: str,
+        parsed: dict[Any, Any],
+    ) -> list[tuple[str, bytes, str, str]]:
+        """(path, content, version id, version) for each file of one object, at most `limit`
+        bytes of paths and contents in all."""
+        out = []
+        for value in values:
+            base = f"{spec.name}/{value.suffix}" if value.suffix else spec.name
+            # The object's own path counts too; sub-paths of explode are checked at the end.
+            pieces = transforms.apply(
+                spec, value, limit - len(base), work=self._max_bytes, parsed=parsed
+            )
+            for sub, content in pieces:
+                path = f"{base}/{sub}" if sub else base
+                limit -= len(content) + len(path)
+                problem = path_problem(path)
+                if problem:
+                    raise InvalidParameters(f"{spec.field or 'object'}: {problem}")
+                # Ids as the store's upstream provider reports them (docs/compatibility.md);
+                # a file of `explode` is named by its path.
+                version_id = (value.version_id or spec.version_id or path) if not sub else path
+                if value.version and spec.transforms.identity:
+                    version = value.version
+                else:
+                    version = self._versioner.of_content(version_id, content, scope=scope)
+                out.append((path, content, version_id, version))
+        return out
+
+    def _check(self, files: list[File]) -> None:
+        problems = overlap_problems([f.path for f in files])
+        if problems:
+            raise InvalidParameters(problems)
+        if not files:
+            raise InvalidParameters("the mount produced no files; the driver would keep old files")
+        total = sum(len(f.contents) + len(f.path) for f in files)
+        if total > self._max_bytes:
+            raise LimitExceeded(
+                f"the answer would be {total} bytes, over the provider's limit of "
+                f"{self._max_bytes} (--max-response-bytes); split the class or raise the limit "
+                "(the driver's own default limit is 4 MiB; over 1 MiB breaks sync to a Secret)"
+            )
+
+
+def plan_inputs(plan: MountPlan) -> Inputs:
+    """A one-store class's objects, each keyed by its ref (several may share one read)."""
+    return [(spec, spec.ref) for spec in plan.store.objects]
+
+
+def _strictest(names: Sequence[str], modes: Mapping[str, int], default: int) -> int:
+    """A template's default mode: no more readable than any object it renders (the bitwise AND
+    of their modes), so a secret never becomes more readable by being templated."""
+    if not names:
+        return default
+    return functools.reduce(operator.and_, (modes.get(n, default) for n in names))
