@@ -21,11 +21,10 @@ import math
 import time
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any, Generic, Protocol, TypeVar
+from typing import TYPE_CHECKING, Any, Generic, Protocol, TypeVar
 
 from provider.core.caching import ExpiringCache
 from provider.core.errors import BridgeError, DeadlineExceeded, StoreUnavailable
-from provider.core.kube import KubeClient
 from provider.core.metrics import Metrics
 from provider.core.model import (
     FetchContext,
@@ -39,6 +38,9 @@ from provider.core.model import (
 )
 from provider.core.retrying import retry_reason, retry_transient
 from provider.core.settings import CoreSettings
+
+if TYPE_CHECKING:  # the client (and aiohttp) is loaded by the composition root, not by `check`
+    from provider.core.kube import KubeClient
 
 T = TypeVar("T")
 
