@@ -13,7 +13,7 @@ import logging
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import asynccontextmanager
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime
 from functools import partial
 from typing import Any, TypeVar
@@ -44,6 +44,13 @@ _ROLE = {
     "cert": "Key Vault Certificate User",
 }
 
+#: The SDK method listing one object's versions, per object type.
+_LIST_VERSIONS = {
+    "secret": "list_properties_of_secret_versions",
+    "key": "list_properties_of_key_versions",
+    "cert": "list_properties_of_certificate_versions",
+}
+
 
 @dataclass
 class VaultSession:
@@ -52,14 +59,26 @@ class VaultSession:
     vault_name: str
     vault_url: str
     credential: CheckedCredential
-    secrets: Any
-    keys: Any
-    certificates: Any
+    #: Builds the SDK client of one object type ("secret", "key", "cert") over `credential`.
+    build_client: Callable[[str], Awaitable[Any]]
     #: The latest pod token of this identity, read by the credential when it logs in again.
     assertion: AssertionSource
+    _clients: dict[str, Any] = field(default_factory=dict)
+
+    async def client(self, object_type: str) -> Any:
+        """The client for `object_type`, built on first use: most identities read only secrets,
+        and each SDK package and client pipeline costs memory for as long as the process lives."""
+        client = self._clients.get(object_type)
+        if client is None:
+            built = await self.build_client(object_type)
+            client = self._clients.setdefault(object_type, built)
+            if client is not built:  # a concurrent read built it first
+                await built.close()
+        return client
 
     async def close(self) -> None:
-        for client in (self.secrets, self.keys, self.certificates):
+        clients, self._clients = list(self._clients.values()), {}
+        for client in clients:
             await client.close()
         await self.credential.close()
 
@@ -73,23 +92,24 @@ class VaultReader:
         self._s, self._identity, self._ctx, self._env = session, identity, ctx, env
 
     async def read(self, ref: AzureRef) -> list[SecretValue]:
+        # Built (on first use, an SDK import) before any call's timeout starts.
+        client = await self._s.client(ref.object_type)
         if not ref.history:
-            return [await self._call(ref, "get", lambda: self._one(ref, ref.version))]
-        versions = await self._call(ref, "list_versions", lambda: self._versions(ref))
+            return [await self._call(ref, "get", lambda: self._one(client, ref, ref.version))]
+        versions = await self._call(ref, "list_versions", lambda: self._versions(client, ref))
         values = []
         for i, version in enumerate(versions):
-            value = await self._call(ref, "get", partial(self._one, ref, version))
+            value = await self._call(ref, "get", partial(self._one, client, ref, version))
             values.append(
                 replace(value, suffix=str(i), version_id=f"{ref.object_type}/{ref.name}/{i}")
             )
         return values
 
-    async def _one(self, ref: AzureRef, version: str) -> SecretValue:
+    async def _one(self, client: Any, ref: AzureRef, version: str) -> SecretValue:
         if ref.object_type == "key":
-            key = await self._s.keys.get_key(ref.name, version or None)
+            key = await client.get_key(ref.name, version or None)
             return SecretValue(certs.public_key_pem(key.key), version=key.properties.version)
         if ref.object_type == "cert":
-            client = self._s.certificates
             if version:
                 cert = await client.get_certificate_version(ref.name, version)
             else:
@@ -97,16 +117,12 @@ class VaultReader:
             return SecretValue(
                 certs.cert_pem(bytes(cert.cer or b"")), version=cert.properties.version
             )
-        secret = await self._s.secrets.get_secret(ref.name, version or None)
+        secret = await client.get_secret(ref.name, version or None)
         return SecretValue(_secret_content(ref, secret), version=secret.properties.version)
 
-    async def _versions(self, ref: AzureRef) -> list[str]:
+    async def _versions(self, client: Any, ref: AzureRef) -> list[str]:
         """Enabled versions, newest first, from objectVersion when set, at most `history`."""
-        lister = {
-            "secret": self._s.secrets.list_properties_of_secret_versions,
-            "key": self._s.keys.list_properties_of_key_versions,
-            "cert": self._s.certificates.list_properties_of_certificate_versions,
-        }[ref.object_type]
+        lister = getattr(client, _LIST_VERSIONS[ref.object_type])
         found = [(p.created_on, p.version) async for p in lister(ref.name) if p.enabled]
         epoch = datetime.min.replace(tzinfo=UTC)
         found.sort(key=lambda cv: cv[0] or epoch, reverse=True)

@@ -1,8 +1,8 @@
 """The Azure Key Vault backend: identify the pod, then read secrets, keys and certificates.
 
-Per identity key one `VaultSession` (credential + the three aio clients) is cached in
-`env.credentials`; the SDK credential inside keeps its Entra token until shortly before it
-expires, so a rollout of many pods with one service account logs in once.
+Per identity key one `VaultSession` (credential + an aio client per object type it reads) is
+cached in `env.credentials`; the SDK credential inside keeps its Entra token until shortly
+before it expires, so a rollout of many pods with one service account logs in once.
 """
 
 from __future__ import annotations
@@ -72,10 +72,6 @@ class AzureBackend:
     async def _open(
         self, store: AzureStore, login: auth.Login, identity: Identity
     ) -> tuple[VaultSession, float]:
-        from azure.keyvault.certificates.aio import CertificateClient
-        from azure.keyvault.keys.aio import KeyClient
-        from azure.keyvault.secrets.aio import SecretClient
-
         source = auth.AssertionSource()
         source.token = login.assertion
         inner = auth.build_credential(store, login, await self._http.transport(), source)
@@ -83,23 +79,36 @@ class AzureBackend:
             inner, store, identity.subject, self._env.credentials, identity.key
         )
         url = login.endpoints.vault_url
-        clients: list[Any] = []
-        for cls in (SecretClient, KeyClient, CertificateClient):
+
+        async def build_client(object_type: str) -> Any:
+            cls = _client_class(object_type)
             # retry_total=0: retry_transient is the only retry loop (see client.py).
-            transport = await self._http.transport()
             # permit_redirects=False: a redirect would take the read (and the answer we write
             # into the pod) to another host; the SDK would follow up to 30 by default.
-            clients.append(
-                cls(url, credential, transport=transport, retry_total=0, permit_redirects=False)
-            )
-        secrets, keys, certificates = clients
-        session = VaultSession(
-            store.vault_name, url, credential, secrets, keys, certificates, source
-        )
+            transport = await self._http.transport()
+            return cls(url, credential, transport=transport, retry_total=0, permit_redirects=False)
+
+        session = VaultSession(store.vault_name, url, credential, build_client, source)
         return session, SESSION_TTL
 
     async def close(self) -> None:
         await self._http.close()
+
+
+def _client_class(object_type: str) -> Any:
+    """The SDK client class of an object type, imported when a class first reads that type (each
+    azure-keyvault package costs ~2 MiB of RSS; most classes read only secrets)."""
+    if object_type == "key":
+        from azure.keyvault.keys.aio import KeyClient
+
+        return KeyClient
+    if object_type == "cert":
+        from azure.keyvault.certificates.aio import CertificateClient
+
+        return CertificateClient
+    from azure.keyvault.secrets.aio import SecretClient
+
+    return SecretClient
 
 
 def create(env: BackendEnv[Options]) -> AzureBackend:
