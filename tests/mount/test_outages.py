@@ -154,6 +154,26 @@ async def test_hung_store_serves_stale_within_the_stale_wait_with_one_refresh(
     await fetcher.close()
 
 
+async def test_a_waiting_mount_holds_one_wait_for_all_its_objects() -> None:
+    # An outage keeps every mount of its first seconds waiting at once, and RSS keeps the
+    # high-water mark of that: a mount of twenty objects waits as one task, not one per object,
+    # and each object is still answered at its own stop.
+    fetcher, store, _ = rig(serve_stale_max_age=60, serve_stale_wait=0.3)
+    refs = [f"r{i}" for i in range(20)]
+    await fetcher.fetch(store, PLAN, who(), refs[:10], fetch_ctx(5))  # stale copies of half
+    store.hanging = True
+    before = asyncio.all_tasks()
+    start = time.monotonic()
+    mount = asyncio.create_task(fetcher.fetch(store, PLAN, who(), refs, fetch_ctx(0.9)))
+    await asyncio.sleep(0.1)
+    assert len(asyncio.all_tasks() - before) == 2  # the mount and the one load it started
+    result = await mount
+    assert 0.9 <= time.monotonic() - start < 1.5  # held by the objects without a stale copy
+    assert all(result[r][0].content == b"v1" for r in refs[:10])  # type: ignore[index]
+    assert all(isinstance(result[r], DeadlineExceeded) for r in refs[10:])
+    await fetcher.close()
+
+
 async def test_without_stale_a_mount_fails_at_its_own_deadline_naming_the_store() -> None:
     fetcher, store, _ = rig()
     store.hanging = True
