@@ -22,6 +22,7 @@ from provider.core.metrics import Metrics
 from provider.edge.attributes import parse_request
 from provider.edge.audit import UNWRITABLE_TEXT, AuditTrail
 from provider.edge.repeats import Repeats
+from provider.edge.watchdog import Watchdog
 from provider.mount.mounting import DEFAULT_DEADLINE, Mounter, MountInput, MountResult
 
 log = logging.getLogger("secrets_bridge.server")
@@ -43,6 +44,8 @@ class ProviderServicer(provider_pb2_grpc.CSIDriverProviderServicer):  # type: ig
         self._metrics = metrics
         #: `--log-repeats-every`: a volume's unchanged re-mounts are counted, not each logged.
         self._repeats = Repeats(log_repeats_every)
+        #: The backstop deadline of each mount in flight.
+        self._watchdog = Watchdog()
         #: `--audit-log`: every answer and refusal is recorded before it is sent.
         self._audit = audit
         self._last_response: tuple[weakref.ref[MountResult], provider_pb2.MountResponse] | None = (
@@ -83,20 +86,26 @@ class ProviderServicer(provider_pb2_grpc.CSIDriverProviderServicer):  # type: ig
                 remaining = DEFAULT_DEADLINE
             # Our answer must reach the driver before its own deadline ends the call: the
             # mount gets the time left minus a margin, and ends itself at that deadline with a
-            # message naming what it waited for; this timeout is only the backstop.
+            # message naming what it waited for; the watchdog's deadline is only the backstop.
             margin = answer_margin(remaining)
             budget = remaining - margin
+            task = asyncio.current_task()
+            assert task is not None  # grpc runs each call's handler in a task of its own
+            self._watchdog.watch(task, budget + margin / 2)
             try:
-                async with asyncio.timeout(budget + margin / 2):
-                    result = await self._mounter.mount(
-                        mount_input, budget=budget, audit=audit is not None
-                    )
-            except TimeoutError:
+                result = await self._mounter.mount(
+                    mount_input, budget=budget, audit=audit is not None
+                )
+            except asyncio.CancelledError:
+                if not self._watchdog.fired(task):
+                    raise  # the driver's cancellation, handled below
                 raise DeadlineExceeded(
                     f"the mount did not finish within the driver's deadline of {remaining:.0f}s; "
                     f"the {backend if backend in _KNOWN else 'class'}'s store is slow or "
                     "unreachable"
                 ) from None
+            finally:
+                self._watchdog.forget(task)
         except asyncio.CancelledError:
             # The driver gave up (its deadline passed, or the kubelet went away): nobody is
             # left to answer, and that is no error of ours.
