@@ -30,7 +30,7 @@ def parse_request(attributes: str, secrets: str, permission: str, target_path: s
         raise InvalidParameters(
             f"attributes: every value must be a string; not a string: {', '.join(not_strings)}"
         )
-    params: dict[str, str] = dict(attrs)
+    params: dict[str, str] = attrs  # our own fresh dict: no copy
     publish = _secrets(secrets)
     raw_tokens = params.get(TOKENS) or publish.pop(TOKENS, "")
     missing = [k for k in (POD_NAMESPACE, SERVICE_ACCOUNT) if not params.get(k)]

@@ -138,17 +138,18 @@ class Mounter:
             by_store: dict[tuple[int, Hashable], Source] | None = {} if audit else None
             answer = await self._mount_stores(plan, request, now, budget, by_store)
             return answer if by_store is None else _with_served(answer, plan, by_store)
-        backend = self._backend_for(plan.store.backend)
+        store = plan.store
+        backend = self._backend_for(store.backend)
         # Identity first: no token, no answer — before any cache is consulted.
-        identity = await backend.identify(plan.store, request.pod)
+        identity = await backend.identify(store, request.pod)
         seconds = DEFAULT_DEADLINE if budget is None else budget
         ctx = FetchContext(deadline=now + seconds, retry_deadline=now + seconds / 3)
-        refs = [spec.ref for spec in plan.store.objects]
+        refs = [spec.ref for spec in store.objects]
         sources: dict[Hashable, Source] | None = {} if audit else None
-        fetched = await self._fetcher.fetch(backend, plan.store, identity, refs, ctx, sources)
+        fetched = await self._fetcher.fetch(backend, store, identity, refs, ctx, sources)
         failures: list[tuple[str, BridgeError]] = []
         values: dict[Hashable, Sequence[SecretValue]] = {}
-        for spec in plan.store.objects:
+        for spec in store.objects:
             result = fetched[spec.ref]
             if isinstance(result, BridgeError):
                 failures.append((spec.name, result))
@@ -158,7 +159,7 @@ class Mounter:
             # Report every problem at once: the objects that were fetched are built too, so a
             # wrong secretKey shows up beside an unreachable path, not after it is fixed.
             failures += self._builder.failures(plan, values)
-            raise MountFailed(failures, context=f"{plan.store.backend}, {identity.subject}")
+            raise MountFailed(failures, context=f"{store.backend}, {identity.subject}")
         answer = self._build_memoized(plan, values, request.permission, request.pod.namespace)
         return answer if sources is None else _with_served(answer, plan, sources)
 
