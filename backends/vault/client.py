@@ -38,6 +38,7 @@ from provider.core.errors import (
     InvalidParameters,
     NotFound,
     PermissionDenied,
+    StoreSilent,
     StoreUnavailable,
     known_phrases,
     redacted,
@@ -212,7 +213,7 @@ class VaultHTTP:
         except TimeoutError:
             # A hang is an outage like a refused connection, even when it ran into the
             # deadline: transient, so serve-stale applies and the driver may try again.
-            raise StoreUnavailable(
+            raise StoreSilent(
                 f"{doing}: Vault at {address} did not answer within {limit:.1f}s"
             ) from None
         except (aiohttp.ClientError, OSError, ValueError) as exc:

@@ -24,7 +24,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Generic, Protocol, TypeVar
 
 from provider.core.caching import ExpiringCache
-from provider.core.errors import BridgeError, DeadlineExceeded, StoreUnavailable
+from provider.core.errors import BridgeError, DeadlineExceeded, StoreSilent, StoreUnavailable
 from provider.core.metrics import Metrics
 from provider.core.model import (
     FetchContext,
@@ -126,8 +126,10 @@ class BackendEnv(Generic[OptionsT]):
                 _note(Failure(error, silent=True))
                 raise error from None
             except BridgeError as exc:
-                # A client's own timer (Vault's) cuts at the cut-off too: that is silence.
-                _note(Failure(exc, silent=time.monotonic() >= now + limit - 0.01))
+                # A client's own timer (Vault's) that cut the call, before or at the cut-off,
+                # is silence too.
+                silent = isinstance(exc, StoreSilent) or time.monotonic() >= now + limit - 0.01
+                _note(Failure(exc, silent=silent))
                 raise
             finally:
                 _cutoff.reset(token)

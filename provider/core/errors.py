@@ -84,6 +84,11 @@ class StoreUnavailable(BridgeError):
         self.retry_after = retry_after
 
 
+class StoreSilent(StoreUnavailable):
+    """A store call a client's own timer cut off (Vault's `--vault-request-timeout`): the store
+    stayed silent rather than refused, however early the timer fired."""
+
+
 class DeadlineExceeded(BridgeError):
     code = grpc.StatusCode.DEADLINE_EXCEEDED
 

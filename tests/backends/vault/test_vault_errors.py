@@ -24,6 +24,7 @@ from devkit.fakevault import (
     status,
 )
 from devkit.testing import fetch_ctx, make_env, make_pod
+from provider.core.backend import watch_failures
 from provider.core.errors import (
     BridgeError,
     DeadlineExceeded,
@@ -240,6 +241,24 @@ async def test_hung_request_is_retried_within_the_retry_budget(fake: FakeVault) 
         assert isinstance(results[plan.objects[0].ref], list)
         assert time.monotonic() - start < 2
         assert fake.calls[READ] == 2
+    finally:
+        await vault.close()
+
+
+async def test_a_request_cut_by_vaults_own_timer_is_silence_not_refusal(fake: FakeVault) -> None:
+    # --vault-request-timeout shorter than --store-call-timeout: the hang is still a hang
+    # (a mount without a stale copy waits for the store instead of failing at a third of its
+    # deadline, as for a refusal).
+    vault = create(make_env("vault", Options(request_timeout=0.2)))
+    try:
+        fake.on(*LOGIN, login_ok())
+        fake.on(*READ, slow(5, json_ok({})))
+        plan = plan_at(fake)
+        seen = watch_failures()
+        _, results = await run(vault, plan, fetch_ctx(1.5))
+        assert isinstance(results[plan.objects[0].ref], StoreUnavailable)
+        assert seen and seen[-1].silent
+        assert "did not answer within 0.2s" in str(seen[-1].error)
     finally:
         await vault.close()
 
