@@ -75,6 +75,19 @@ _TRANSIENT = {
 }
 
 
+#: What gRPC core writes into an UNAVAILABLE status's details when TLS failed (its casing
+#: changed across versions), and when the reason was the server's certificate.
+_GRPC_TLS = ("tls handshake failed", "ssl handshake failed")
+_GRPC_CERTIFICATE = (
+    "certificate_verify_failed",
+    "certificate verify failed",
+    "unable to get local issuer certificate",
+    "self signed certificate",
+    "self-signed certificate",
+    "certificate has expired",
+)
+
+
 def rpc_error(
     code: grpc.StatusCode | None,
     text: str,
@@ -106,6 +119,20 @@ def rpc_error(
         )
     if code == grpc.StatusCode.INVALID_ARGUMENT:
         return InvalidParameters(f"{svc} refused the name {name} (as {subject}) {detail}")
+    lower = text.lower()
+    if code == grpc.StatusCode.UNAVAILABLE and any(m in lower for m in _GRPC_TLS):
+        problem = (
+            "its TLS certificate is not trusted"
+            if any(m in lower for m in _GRPC_CERTIFICATE)
+            else "the TLS handshake failed"
+        )
+        error = StoreUnavailable(
+            f"{svc} could not be reached reading {name} as {subject}: {problem} {detail}; if "
+            "the endpoint (or a proxy in front of it) uses a private CA, put that CA in "
+            "--gcp-ca-file"
+        )
+        error.transient = False  # a certificate does not change between retries
+        return error
     if code in _TRANSIENT:
         return StoreUnavailable(f"{svc} is unavailable reading {name} as {subject} {detail}")
     return StoreUnavailable(f"{svc} failed reading {name} as {subject} {detail}")

@@ -62,7 +62,11 @@ async def test_gcp_tls_refuses_an_untrusted_server(
     got = await untrusted.fetch(
         plan, await untrusted.identify(plan, pod), [GcpRef(name)], fetch_ctx(0.9)
     )
-    assert isinstance(got[GcpRef(name)], StoreUnavailable)
+    error = got[GcpRef(name)]
+    assert isinstance(error, StoreUnavailable)
+    # Named as what it is, not as an outage: not retried, and the fix is in the message.
+    assert "TLS certificate is not trusted" in str(error), error
+    assert "--gcp-ca-file" in str(error) and not error.transient
     await untrusted.close()
     # STS over HTTPS without our CA: the pod's token is never sent.
     no_ca = stack.rebuild(sts_endpoint=f"{https}/v1/token")
