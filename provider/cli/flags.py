@@ -228,7 +228,8 @@ def _durations(g: Any) -> None:
         g,
         "--serve-stale-wait",
         3.0,
-        "seconds a mount with a stale copy waits for its store before the copy is served",
+        "seconds a mount with a stale copy waits for a silent store before the copy is served "
+        "(a store that refused is not waited for)",
         metavar="SECONDS",
         type=seconds(),
     )

@@ -14,9 +14,10 @@ failed mount join the read in flight instead of starting a retry series each
 caches.
 
 Serve-stale (`--serve-stale-max-age`, off by default): when the store fails transiently (down,
-hanging, throttled past our retries) — or has not answered within `--serve-stale-wait` — the
-last good value of the same identity and object is served if it is younger than the limit,
-logged and counted, while the one load per key keeps refreshing it. It never applies to denials
+hanging, throttled past our retries) — or has not answered within `--serve-stale-wait`, or the
+read's latest attempt was refused (a store that is down is not waited for) — the last good
+value of the same identity and object is served if it is younger than the limit, logged and
+counted, while the one load per key keeps refreshing it. It never applies to denials
 or missing objects, and never bypasses the identity check (`identify` runs before any fetch).
 
 Each backend has at most `--max-concurrent-fetches` fetch calls in flight, one namespace at most
@@ -235,10 +236,16 @@ class Fetcher:
         start = time.monotonic()
         stale: dict[Hashable, Sequence[SecretValue] | None] = {}
         stops: dict[Hashable, list[float]] = {}
-        for ref in joined:
+        for ref, (_future, task) in joined.items():
             stale[ref] = self._last_good.get((identity.key, ref)) if self._stale_age > 0 else None
             until = ctx.deadline
-            if stale[ref] is not None and self._stale_wait > 0:
+            if stale[ref] is not None and self._refused(task):
+                # The load's latest attempt was refused (the store is down, not slow): the
+                # stale copy now, while the load retries. Waiting --serve-stale-wait would
+                # only delay the pod and pile up the mounts of an outage (each waiting call
+                # holds memory the allocators keep after it).
+                until = start
+            elif stale[ref] is not None and self._stale_wait > 0:
                 until = min(until, start + self._stale_wait)
             # A store that refuses (rather than stays silent) gets the answer it always got:
             # its error once a third of this mount's deadline is spent (the driver re-sends
@@ -262,6 +269,11 @@ class Fetcher:
                 break
         return {ref: outcomes[ref] for ref in joined}
 
+    def _refused(self, task: asyncio.Task[None]) -> bool:
+        """Whether the latest failed attempt of this load was a refusal (not silence)."""
+        seen = self._failures.get(task)
+        return seen is not None and bool(seen) and not seen[-1].silent and seen[-1].error.transient
+
     def _outcome_at(
         self,
         stale: Sequence[SecretValue] | None,
@@ -274,7 +286,7 @@ class Fetcher:
             error = future.exception()
             return _Raised(error) if error is not None else future.result()
         seen = self._failures.get(task)
-        if stale is None and seen and not seen[-1].silent and seen[-1].error.transient:
+        if stale is None and seen and self._refused(task):
             return seen[-1].error
         return None
 

@@ -231,6 +231,29 @@ async def test_refused_is_still_served_stale_at_once(caplog: pytest.LogCaptureFi
     assert any(r.levelno == logging.WARNING for r in caplog.records)
 
 
+async def test_a_mount_joining_a_refused_load_is_served_stale_without_waiting(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    # The store went down (it refuses; the load keeps retrying): a mount arriving after the
+    # refusal gets its stale copy now rather than after --serve-stale-wait, and the load goes
+    # on refreshing for everyone.
+    fetcher, store, metrics = rig(serve_stale_max_age=60, serve_stale_wait=1)
+    await fetcher.fetch(store, PLAN, who(), ["r"], fetch_ctx(5))
+    store.refusing = True
+    first = asyncio.create_task(fetcher.fetch(store, PLAN, who(), ["r"], fetch_ctx(5)))
+    await asyncio.sleep(0.1)
+    start = time.monotonic()
+    result = await fetcher.fetch(store, PLAN, who(), ["r"], fetch_ctx(5))
+    assert time.monotonic() - start < 0.1
+    assert result["r"][0].content == b"v1"  # type: ignore[index]
+    # The first mount joined before any refusal: it waited --serve-stale-wait, as before.
+    assert (await first)["r"][0].content == b"v1"  # type: ignore[index]
+    assert time.monotonic() - start >= 0.8
+    assert metrics.cache_events.labels("stale", "served")._value.get() == 2
+    assert sum("serving the last good value" in r.getMessage() for r in caplog.records) == 1
+    await fetcher.close()
+
+
 async def test_a_refusing_store_is_answered_unavailable_at_a_third_of_the_deadline() -> None:
     # The driver re-sends an UNAVAILABLE mount, so a store that refuses is reported
     # once a third of the deadline is spent; a silent one is waited for (test above).
