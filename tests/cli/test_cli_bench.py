@@ -22,6 +22,7 @@ from devkit.openbao import OpenBao, read_policy
 from devkit.ports import free_port
 from devkit.tokens import SigningKey
 from provider.cli.bench import load
+from provider.cli.bench.summary import soak_summary
 from provider.cli.main import main
 
 OBJECTS = [
@@ -200,3 +201,24 @@ def test_client_errors_are_counted_by_code_with_one_sample() -> None:
     rec.error(0.2, Failed("vault: again"))
     assert rec.out.errors == {"UNAVAILABLE": 2}
     assert rec.out.samples == {"UNAVAILABLE": "vault: connection refused"}
+
+
+async def test_a_call_sent_before_an_outage_that_fails_in_it_counts_as_the_outages() -> None:
+    """Errors are timed when they come back: a mount sent just before the store went down, and
+    failed by it, is an outage's failure, not one "outside"."""
+
+    class Failed(grpc.aio.AioRpcError):
+        def __init__(self) -> None:
+            meta = grpc.aio.Metadata()
+            super().__init__(grpc.StatusCode.UNAVAILABLE, meta, meta, "store down")
+
+    async def call(req: bytes) -> None:
+        await asyncio.sleep(0.2)  # in flight when "the store" dies at 0.1 s
+        raise Failed()
+
+    start = time.monotonic()
+    rec = load._Recorder(start, measured=True)
+    await load._open(call, [b"r"], rec, 1, start, start + 0.05, 20, 0, 1, [0, 0], 1)
+    mount = {"error_times": rec.out.error_times}
+    summary = soak_summary([], [(0.1, 0.15)], mount, timeout=1.0)
+    assert (summary["errors_during_outages"], summary["errors_outside_outages"]) == (1, 0)

@@ -61,6 +61,7 @@ class Outcome:
     #: Per call: seconds since the phase start (scheduled or sent), latency in seconds.
     times: array[float] = field(default_factory=lambda: array("d"))
     latencies: array[float] = field(default_factory=lambda: array("d"))
+    #: Per failed call: seconds since the phase start when it failed, and its code.
     error_times: list[tuple[float, str]] = field(default_factory=list)
     seconds: float = 0.0
 
@@ -79,12 +80,14 @@ class _Recorder:
             self.out.times.append(origin - self.phase_start)
             self.out.latencies.append(latency)
 
-    def error(self, origin: float, exc: grpc.aio.AioRpcError) -> None:
+    def error(self, now: float, exc: grpc.aio.AioRpcError) -> None:
+        """A failed call, at `now`: when it failed, not when it was sent — a mount sent just
+        before a store outage that fails because of it is an outage's failure."""
         if self.measured:
             code = exc.code().name
             self.out.errors[code] = self.out.errors.get(code, 0) + 1
             self.out.samples.setdefault(code, str(exc.details() or "")[:300])
-            self.out.error_times.append((origin - self.phase_start, code))
+            self.out.error_times.append((now - self.phase_start, code))
 
 
 Call = Callable[[bytes], Awaitable[Any]]
@@ -111,7 +114,7 @@ async def _closed(
             try:
                 await call(req)
             except grpc.aio.AioRpcError as exc:
-                rec.error(start, exc)
+                rec.error(time.monotonic(), exc)
             else:
                 rec.ok(start, time.monotonic())
             counter[slot] += 1
@@ -140,7 +143,7 @@ async def _open(
         try:
             await call(req)
         except grpc.aio.AioRpcError as exc:
-            rec.error(scheduled, exc)
+            rec.error(time.monotonic(), exc)
         else:
             rec.ok(scheduled, time.monotonic())
         counter[slot] += 1

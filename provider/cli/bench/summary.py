@@ -62,7 +62,7 @@ def soak_summary(
     timeout: float,
 ) -> dict[str, Any]:
     """RSS, open files and threads over the run, their growth after the first minute, and the
-    errors inside an outage (up to one mount deadline after it) and outside."""
+    errors that came back inside an outage (up to one mount deadline after it) and outside."""
     out: dict[str, Any] = {
         "samples": [
             {
