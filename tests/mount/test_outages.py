@@ -14,8 +14,10 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 import pytest
+from tenacity import wait_fixed
 
 from devkit.testing import fetch_ctx, make_env
+from provider.core import retrying
 from provider.core.backend import BackendEnv
 from provider.core.errors import BridgeError, DeadlineExceeded, StoreUnavailable
 from provider.core.metrics import Metrics
@@ -232,11 +234,13 @@ async def test_refused_is_still_served_stale_at_once(caplog: pytest.LogCaptureFi
 
 
 async def test_a_mount_joining_a_refused_load_is_served_stale_without_waiting(
-    caplog: pytest.LogCaptureFixture,
+    caplog: pytest.LogCaptureFixture, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     # The store went down (it refuses; the load keeps retrying): a mount arriving after the
     # refusal gets its stale copy now rather than after --serve-stale-wait, and the load goes
-    # on refreshing for everyone.
+    # on refreshing for everyone. Retries 0.5 s apart (the backoff is random): the load
+    # outlives the stale wait.
+    monkeypatch.setattr(retrying, "_BACKOFF", wait_fixed(0.5))
     fetcher, store, metrics = rig(serve_stale_max_age=60, serve_stale_wait=1)
     await fetcher.fetch(store, PLAN, who(), ["r"], fetch_ctx(5))
     store.refusing = True
