@@ -19,15 +19,15 @@ class Watchdog:
         self._deadlines: dict[asyncio.Task[object], float] = {}
         #: Tasks the watchdog cancelled whose cancellation was not yet claimed by `fired`.
         self._expired: set[asyncio.Task[object]] = set()
+        #: Set for the earliest deadline watched when it was scheduled.
         self._timer: asyncio.TimerHandle | None = None
-        self._timer_at = math.inf
 
     def watch(self, task: asyncio.Task[object], seconds: float) -> None:
         """Cancel `task` if it is still watched `seconds` from now."""
         loop = asyncio.get_running_loop()
         when = loop.time() + seconds
         self._deadlines[task] = when
-        if when < self._timer_at:
+        if self._timer is None or when < self._timer.when():
             self._schedule(loop, when)
 
     def fired(self, task: asyncio.Task[object]) -> bool:
@@ -53,10 +53,9 @@ class Watchdog:
         if self._timer is not None:
             self._timer.cancel()
         self._timer = loop.call_at(when, self._check, loop)
-        self._timer_at = when
 
     def _check(self, loop: asyncio.AbstractEventLoop) -> None:
-        self._timer, self._timer_at = None, math.inf
+        self._timer = None
         now = loop.time()
         earliest = math.inf
         for task, when in list(self._deadlines.items()):

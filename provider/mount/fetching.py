@@ -239,7 +239,7 @@ class Fetcher:
         for ref, (_future, task) in joined.items():
             stale[ref] = self._last_good.get((identity.key, ref)) if self._stale_age > 0 else None
             until = ctx.deadline
-            if stale[ref] is not None and self._refused(task):
+            if stale[ref] is not None and self._refusal(task) is not None:
                 # The load's latest attempt was refused (the store is down, not slow): the
                 # stale copy now, while the load retries. Waiting --serve-stale-wait would
                 # only delay the pod and pile up the mounts of an outage (each waiting call
@@ -269,10 +269,12 @@ class Fetcher:
                 break
         return {ref: outcomes[ref] for ref in joined}
 
-    def _refused(self, task: asyncio.Task[None]) -> bool:
-        """Whether the latest failed attempt of this load was a refusal (not silence)."""
+    def _refusal(self, task: asyncio.Task[None]) -> BridgeError | None:
+        """The error of this load's latest failed attempt if it was a refusal (not silence)."""
         seen = self._failures.get(task)
-        return seen is not None and bool(seen) and not seen[-1].silent and seen[-1].error.transient
+        if seen and not seen[-1].silent and seen[-1].error.transient:
+            return seen[-1].error
+        return None
 
     def _outcome_at(
         self,
@@ -285,10 +287,7 @@ class Fetcher:
         if future.done():
             error = future.exception()
             return _Raised(error) if error is not None else future.result()
-        seen = self._failures.get(task)
-        if stale is None and seen and self._refused(task):
-            return seen[-1].error
-        return None
+        return self._refusal(task) if stale is None else None
 
     def _gave_up(
         self,
