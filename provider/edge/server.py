@@ -1,8 +1,9 @@
 """The thin gRPC edge: the only module that touches grpc and the generated stubs.
 
-request -> attributes.parse_request -> Mounter.mount -> MountResult -> response. Every
-BridgeError becomes its status code with its (secret-free) message; anything else becomes
-INTERNAL with a fixed text, and the traceback goes to the log only.
+request -> prepared.Requests (attributes.parse_request, kept by the raw fields) ->
+Mounter.mount -> MountResult -> response. Every BridgeError becomes its status code with its
+(secret-free) message; anything else becomes INTERNAL with a fixed text, and the traceback
+goes to the log only.
 """
 
 from __future__ import annotations
@@ -19,8 +20,8 @@ from protos import provider_pb2, provider_pb2_grpc
 from provider import __version__
 from provider.core.errors import INTERNAL_TEXT, BridgeError, DeadlineExceeded
 from provider.core.metrics import Metrics
-from provider.edge.attributes import parse_request
 from provider.edge.audit import UNWRITABLE_TEXT, AuditTrail
+from provider.edge.prepared import Requests
 from provider.edge.repeats import Repeats
 from provider.edge.watchdog import Watchdog
 from provider.mount.mounting import DEFAULT_DEADLINE, Mounter, MountInput, MountResult
@@ -42,6 +43,8 @@ class ProviderServicer(provider_pb2_grpc.CSIDriverProviderServicer):  # type: ig
     ) -> None:
         self._mounter = mounter
         self._metrics = metrics
+        #: Parsed requests by their raw fields: the driver re-sends each volume's unchanged.
+        self._requests = Requests(mounter)
         #: `--log-repeats-every`: a volume's unchanged re-mounts are counted, not each logged.
         self._repeats = Repeats(log_repeats_every)
         #: The backstop deadline of each mount in flight.
@@ -69,18 +72,10 @@ class ProviderServicer(provider_pb2_grpc.CSIDriverProviderServicer):  # type: ig
         mount_input: MountInput | None = None
         audit = self._audit
         try:
-            mount_input = parse_request(
+            prepared = self._requests.prepare(
                 request.attributes, request.secrets, request.permission, request.target_path
             )
-            pod = mount_input.pod
-            fields = {
-                "namespace": pod.namespace,
-                "pod": pod.name,
-                "serviceaccount": pod.service_account,
-                "class": mount_input.params.get("secretProviderClass", ""),
-            }
-            params = mount_input.params
-            backend = "multi" if "stores" in params else params.get("backend", "unknown")
+            mount_input, fields, backend = prepared.input, prepared.fields, prepared.backend
             remaining = context.time_remaining()
             if remaining is None:
                 remaining = DEFAULT_DEADLINE
@@ -94,7 +89,7 @@ class ProviderServicer(provider_pb2_grpc.CSIDriverProviderServicer):  # type: ig
             self._watchdog.watch(task, budget + margin / 2)
             try:
                 result = await self._mounter.mount(
-                    mount_input, budget=budget, audit=audit is not None
+                    mount_input, budget=budget, audit=audit is not None, plan=prepared.plan
                 )
             except asyncio.CancelledError:
                 if not self._watchdog.fired(task):

@@ -10,15 +10,15 @@ import dataclasses
 import logging
 import time
 import weakref
-from collections import OrderedDict
 from collections.abc import Callable, Hashable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any, Generic, TypeVar
+from typing import Any
 
 from provider.core.backend import AnyBackend
 from provider.core.boundedyaml import yaml_node_budget
 from provider.core.errors import BridgeError, InvalidParameters, MountFailed
 from provider.core.files import File, ObjectVersion
+from provider.core.memo import Memo
 from provider.core.model import FetchContext, Pod, SecretValue, Source
 from provider.core.versions import Versioner
 from provider.mount import gathering
@@ -85,13 +85,13 @@ class Mounter:
         # the parameters (and the fixed provider options), so reusing them is safe.
         # A refused class is kept too (its problems), so the kubelet's retries of a class that
         # fails late in parsing do not parse it again.
-        self._plans: _Memo[frozenset[tuple[str, str]], MountPlan | _Refused] = _Memo(
+        self._plans: Memo[frozenset[tuple[str, str]], MountPlan | _Refused] = Memo(
             PLAN_CACHE_SIZE, PLAN_CACHE_BYTES
         )
-        self._answers: _Memo[
+        self._answers: Memo[
             tuple[str, int, int, tuple[int, ...]],
             tuple[MountPlan, tuple[weakref.ref[SecretValue], ...], MountResult],
-        ] = _Memo(PLAN_CACHE_SIZE, ANSWER_CACHE_BYTES)
+        ] = Memo(PLAN_CACHE_SIZE, ANSWER_CACHE_BYTES)
 
     def plan(self, params: Mapping[str, str]) -> MountPlan:
         key = frozenset((k, v) for k, v in params.items() if not k.startswith(KUBELET_PREFIX))
@@ -127,13 +127,20 @@ class Mounter:
         return plan
 
     async def mount(
-        self, request: MountInput, *, budget: float | None = None, audit: bool = False
+        self,
+        request: MountInput,
+        *,
+        budget: float | None = None,
+        audit: bool = False,
+        plan: MountPlan | None = None,
     ) -> MountResult:
         """The answer; with `audit` (the audit trail is on), also what it records of each
-        object in `MountResult.served`."""
+        object in `MountResult.served`. `plan` is `self.plan(request.params)` when the caller
+        already holds it (the edge keeps it with the parsed request)."""
         # The budget counts from the call, not from after identify (a TokenRequest takes time).
         now = time.monotonic()
-        plan = self.plan(request.params)
+        if plan is None:
+            plan = self.plan(request.params)
         if plan.named:
             by_store: dict[tuple[int, Hashable], Source] | None = {} if audit else None
             answer = await self._mount_stores(plan, request, now, budget, by_store)
@@ -240,48 +247,6 @@ class _Refused:
     """A class that failed to parse: its problems, raised afresh on each hit."""
 
     problems: tuple[str, ...]
-
-
-K = TypeVar("K", bound=Hashable)
-V = TypeVar("V")
-
-
-class _Memo(Generic[K, V]):
-    """Least-recently-used entries, bounded by count and by a size the caller states for each
-    (parameter text, file bytes), so a few huge entries cannot hold the provider's memory."""
-
-    def __init__(self, max_entries: int, max_size: int) -> None:
-        self._entries: OrderedDict[K, tuple[V, int]] = OrderedDict()
-        self._max_entries = max_entries
-        self._max_size = max_size
-        self._size = 0
-
-    def get(self, key: K) -> V | None:
-        held = self._entries.get(key)
-        if held is None:
-            return None
-        self._entries.move_to_end(key)
-        return held[0]
-
-    def put(self, key: K, value: V, size: int) -> None:
-        if size > self._max_size:
-            return
-        old = self._entries.pop(key, None)
-        if old is not None:
-            self._size -= old[1]
-        self._entries[key] = (value, size)
-        self._size += size
-        while len(self._entries) > self._max_entries or self._size > self._max_size:
-            _, (_, dropped) = self._entries.popitem(last=False)
-            self._size -= dropped
-
-    def drop(self, key: K) -> None:
-        held = self._entries.pop(key, None)
-        if held is not None:
-            self._size -= held[1]
-
-    def __len__(self) -> int:
-        return len(self._entries)
 
 
 def _with_served(

@@ -1,0 +1,55 @@
+"""A least-recently-used memo of pure results, bounded by count and by a size the caller states.
+
+What is memoized here is recomputable at any time (parsed requests, parsed classes, built
+answers): an evicted entry costs CPU, never correctness. The size bound (parameter text, file
+bytes) keeps a few huge entries from holding the provider's memory.
+"""
+
+from __future__ import annotations
+
+from collections import OrderedDict
+from collections.abc import Hashable
+from typing import Generic, TypeVar
+
+K = TypeVar("K", bound=Hashable)
+V = TypeVar("V")
+
+
+class Memo(Generic[K, V]):
+    def __init__(self, max_entries: int, max_size: int) -> None:
+        self._entries: OrderedDict[K, tuple[V, int]] = OrderedDict()
+        self._max_entries = max_entries
+        self._max_size = max_size
+        self._size = 0
+
+    def get(self, key: K) -> V | None:
+        held = self._entries.get(key)
+        if held is None:
+            return None
+        self._entries.move_to_end(key)
+        return held[0]
+
+    def put(self, key: K, value: V, size: int) -> None:
+        if size > self._max_size:
+            return
+        old = self._entries.pop(key, None)
+        if old is not None:
+            self._size -= old[1]
+        self._entries[key] = (value, size)
+        self._size += size
+        while len(self._entries) > self._max_entries or self._size > self._max_size:
+            _, (_, dropped) = self._entries.popitem(last=False)
+            self._size -= dropped
+
+    def drop(self, key: K) -> None:
+        held = self._entries.pop(key, None)
+        if held is not None:
+            self._size -= held[1]
+
+    @property
+    def size(self) -> int:
+        """The sizes of the entries held, summed."""
+        return self._size
+
+    def __len__(self) -> int:
+        return len(self._entries)
