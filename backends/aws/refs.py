@@ -8,6 +8,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Literal
 
+from provider.core.model import hashed_once
+
 Service = Literal["secretsmanager", "ssm"]
 
 
@@ -44,6 +46,7 @@ class Target:
         return self.name + version + (f" label {self.label}" if self.label else "")
 
 
+@hashed_once
 @dataclass(frozen=True)
 class AwsRef:
     """One read: the object in the primary region, and what to read in the failover region."""

@@ -12,7 +12,7 @@ from dataclasses import dataclass
 from typing import Any, Literal
 
 from provider.core.boundedyaml import load_yaml
-from provider.core.model import ObjectSpec, ParseContext, Transforms
+from provider.core.model import ObjectSpec, ParseContext, Transforms, hashed_once
 from provider.core.parsing import (
     TRANSFORM_KEYS,
     Problems,
@@ -54,6 +54,7 @@ _VERSION = re.compile(r"^[A-Za-z0-9._~-]{1,256}$")
 MAX_VERSION_HISTORY = 100
 
 
+@hashed_once
 @dataclass(frozen=True)
 class AzureRef:
     """One read: an object of a type, at a version (or the latest), possibly with history."""

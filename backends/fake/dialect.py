@@ -17,7 +17,7 @@ from dataclasses import dataclass
 
 from backends.fake.options import Options
 from provider.core.boundedyaml import load_yaml
-from provider.core.model import ObjectSpec, ParseContext, StorePlan
+from provider.core.model import ObjectSpec, ParseContext, StorePlan, hashed_once
 from provider.core.parsing import (
     TRANSFORM_KEYS,
     Problems,
@@ -42,6 +42,7 @@ class FakeStore:
         return "fake"
 
 
+@hashed_once
 @dataclass(frozen=True)
 class FakeRef:
     path: str

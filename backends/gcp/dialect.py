@@ -25,7 +25,7 @@ from typing import Any, Literal
 
 from backends.gcp.options import DEFAULT_GKE_PROVIDER, Options
 from provider.core.boundedyaml import load_yaml
-from provider.core.model import ObjectSpec, ParseContext, StorePlan, Transforms
+from provider.core.model import ObjectSpec, ParseContext, StorePlan, Transforms, hashed_once
 from provider.core.parsing import (
     TRANSFORM_KEYS,
     Problems,
@@ -95,6 +95,7 @@ class GcpStore:
         return f"gcp ({self.auth})"
 
 
+@hashed_once
 @dataclass(frozen=True)
 class GcpRef:
     """One secret version (AccessSecretVersion) or Parameter Manager parameter version

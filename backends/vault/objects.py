@@ -20,7 +20,7 @@ from typing import Any
 
 from provider.core.boundedyaml import load_yaml
 from provider.core.errors import InvalidParameters
-from provider.core.model import ObjectSpec, ParseContext, Transforms
+from provider.core.model import ObjectSpec, ParseContext, Transforms, hashed_once
 from provider.core.parsing import (
     TRANSFORM_KEYS,
     Problems,
@@ -50,6 +50,7 @@ OBJECT_KEYS = (
 METHODS = ("GET", "PUT", "POST")
 
 
+@hashed_once
 @dataclass(frozen=True)
 class VaultRef:
     """One request to Vault. Equal refs are one read, so a dynamic credential's fields share a

@@ -11,7 +11,7 @@ store never downcasts what its own dialect produced.
 from __future__ import annotations
 
 import hashlib
-from collections.abc import Hashable, Mapping, Sequence
+from collections.abc import Callable, Hashable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Generic, Literal, Protocol, TypeVar, runtime_checkable
 
@@ -23,6 +23,7 @@ StoreT = TypeVar("StoreT", bound=Hashable)
 RefT = TypeVar("RefT", bound=Hashable)
 #: A store's provider-level flags (`backends/<x>/options.py`).
 OptionsT = TypeVar("OptionsT")
+C = TypeVar("C", bound=type)
 
 Decode = Literal["base64", "hex"]
 
@@ -30,6 +31,28 @@ Decode = Literal["base64", "hex"]
 #: cache, another mount's read in flight, a held value the store confirmed unchanged (AWS
 #: DescribeSecret), or the last good value served while the store was unavailable.
 Source = Literal["store", "cache", "coalesced", "revalidated", "stale"]
+
+
+def hashed_once(cls: C) -> C:
+    """A frozen dataclass whose hash is computed once per object, on first use.
+
+    A store's ref keys several dicts on every mount (the value cache, single-flight, each
+    mount's results); the generated hash builds a tuple of the fields each time, which was a
+    sixth of a cached mount's own CPU. Equal objects still hash equal: the cached number is the
+    generated hash of the same frozen fields.
+    """
+    fields_hash: Callable[[object], int] = cls.__hash__  # type: ignore[assignment]
+
+    def __hash__(self: object) -> int:
+        try:
+            return self.__dict__["_hash"]  # type: ignore[no-any-return]
+        except KeyError:
+            value = fields_hash(self)
+            object.__setattr__(self, "_hash", value)  # frozen: set as dataclasses' __init__ does
+            return value
+
+    cls.__hash__ = __hash__  # type: ignore[assignment, method-assign]
+    return cls
 
 
 @dataclass(frozen=True)
