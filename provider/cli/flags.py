@@ -148,6 +148,14 @@ def add_serve_flags(parser: argparse.ArgumentParser, *, with_socket: bool = True
             metavar="SECONDS",
             type=seconds(),
         )
+    if with_socket:
+        flag(
+            g,
+            "--event-loop",
+            "auto",
+            "the event loop: uvloop (measured faster), asyncio, or auto: uvloop when installed",
+            choices=["auto", "uvloop", "asyncio"],
+        )
     flag(
         g,
         "--hmac-key-file",
@@ -307,6 +315,7 @@ def settings_from_args(args: argparse.Namespace) -> ServeSettings:
         log_format=args.log_format,
         log_repeats_every=getattr(args, "log_repeats_every", 600.0),
         grace_period=getattr(args, "grace_period", 10.0),
+        event_loop=getattr(args, "event_loop", "auto"),
         hmac_key_file=args.hmac_key_file,
         audit_log=getattr(args, "audit_log", None),
         core=core,

@@ -132,12 +132,13 @@ def main(argv: Sequence[str] | None = None) -> int:
 
     logs.configure(settings.log_level, settings.log_format)
     if args.command == "serve":
-        from provider.edge import app
+        from provider.edge import app, loops
         from provider.edge.startup import StartupError
 
         try:
-            return asyncio.run(app.serve(settings))
-        except StartupError as exc:
+            loop = loops.chosen(settings.event_loop)
+            return loops.run(app.serve(settings), loop)
+        except (StartupError, loops.LoopUnavailable) as exc:
             print(f"secrets-bridge serve: {exc}", file=sys.stderr)
             return 1
     if args.command == "mount":

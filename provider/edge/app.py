@@ -21,7 +21,7 @@ from provider.core.limits import namespace_of
 from provider.core.metrics import Metrics
 from provider.core.settings import CoreSettings, ServeSettings
 from provider.core.versions import Versioner
-from provider.edge import auditchain, http
+from provider.edge import auditchain, http, loops
 from provider.edge.audit import AuditTrail, open_sink
 from provider.edge.server import ProviderServicer, build_server
 from provider.edge.startup import (
@@ -168,7 +168,14 @@ async def serve(
     if audit is not None:  # logrotate renamed the file: write to the path anew
         loop.add_signal_handler(signal.SIGHUP, audit.reopen)
     log.info(
-        "serving", extra={"fields": {"socket": settings.socket, "health": settings.health_addr}}
+        "serving",
+        extra={
+            "fields": {
+                "socket": settings.socket,
+                "health": settings.health_addr,
+                "loop": loops.running(),
+            }
+        },
     )
     if ready is not None:
         ready.set()

@@ -315,6 +315,7 @@ EVERY_VALUE: list[tuple[dict[str, Any], str, Any]] = [
     ({"logFormat": "text"}, "log_format", "text"),
     ({"gracePeriodSeconds": 20, "terminationGracePeriodSeconds": 40}, "grace_period", 20.0),
     ({"logRepeatsEverySeconds": 0}, "log_repeats_every", 0.0),
+    ({"eventLoop": "asyncio"}, "event_loop", "asyncio"),
     ({"healthPort": 9100}, "health_addr", "0.0.0.0:9100"),
     ({"providersDir": "/run/providers"}, "socket", "/run/providers/secrets-bridge.sock"),
     ({"cache": {"ttl": 12.5}}, "cache_ttl", 12.5),

@@ -12,6 +12,7 @@ import time
 from pathlib import Path
 
 import grpc
+import pytest
 import yaml
 
 from devkit.ports import free_port
@@ -70,8 +71,12 @@ async def test_stale_socket_is_replaced(tmp_path: Path) -> None:
     assert not os.path.exists(sock)
 
 
-async def test_sigterm_drains_in_flight_mount_and_exits_zero(tmp_path: Path) -> None:
-    proc, sock = start_serve(tmp_path, "--fake-latency", "1.5")
+@pytest.mark.parametrize(("choice", "loop"), [("auto", "uvloop"), ("asyncio", "asyncio")])
+async def test_sigterm_drains_in_flight_mount_and_exits_zero(
+    tmp_path: Path, choice: str, loop: str
+) -> None:
+    """On either event loop (uvloop is the default where installed, as in the image)."""
+    proc, sock = start_serve(tmp_path, "--fake-latency", "1.5", "--event-loop", choice)
     try:
         await wait_ready(sock)
         async with driver_channel(sock) as channel:
@@ -100,6 +105,7 @@ async def test_sigterm_drains_in_flight_mount_and_exits_zero(tmp_path: Path) -> 
     assert proc.stderr is not None
     log = proc.stderr.read()
     assert b"stopped" in log
+    assert f"loop={loop}".encode() in log
     assert b"key-123" not in log
 
 

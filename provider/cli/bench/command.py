@@ -210,9 +210,11 @@ async def probe(socket: str, request: bytes, deadline: float) -> bytes:
 
 
 @contextlib.asynccontextmanager
-async def floor(work: Path, answer: bytes | None) -> AsyncIterator[tuple[str, int]]:
+async def floor(
+    work: Path, answer: bytes | None, loop: str = "asyncio"
+) -> AsyncIterator[tuple[str, int]]:
     socket = str(work / "floor.sock")
-    cmd = [sys.executable, "-m", "provider.cli.bench.floor", socket]
+    cmd = [sys.executable, "-m", "provider.cli.bench.floor", "--loop", loop, socket]
     if answer is not None:
         (work / "answer.bin").write_bytes(answer)
         cmd.append(str(work / "answer.bin"))
@@ -311,7 +313,7 @@ async def bench(args: argparse.Namespace) -> dict[str, Any]:
                 answer = await probe(target.socket, target.requests[0], args.timeout)
             result: dict[str, Any] = {"echo": None}
             if not args.no_echo:
-                async with floor(work, answer) as (socket, pid):
+                async with floor(work, answer, args.floor_loop) as (socket, pid):
                     result["echo"] = await measure(
                         socket, target.requests, shape, args, "echo", usage_of(pid, None)
                     )

@@ -107,6 +107,13 @@ def add_bench_flags(p: argparse.ArgumentParser) -> None:
     )
     s.add_argument("--no-echo", action="store_true", help="skip the floor")
     s.add_argument(
+        "--floor-loop",
+        choices=["asyncio", "uvloop"],
+        default="asyncio",
+        help="the floor's event loop: asyncio (a stock gRPC server; the default) or uvloop "
+        "(the provider's own default loop), to tell the loop's share of a ratio from ours",
+    )
+    s.add_argument(
         "--sample-every",
         type=float,
         default=5.0,

@@ -1,6 +1,6 @@
 """The floor `bench` measures the provider against: a bare gRPC server speaking the provider API.
 
-    python -m provider.cli.bench.floor SOCKET [RESPONSE_FILE]
+    python -m provider.cli.bench.floor [--loop asyncio|uvloop] SOCKET [RESPONSE_FILE]
 
 It does what every Python gRPC server of this API must do and nothing else: the generated
 servicer parses each MountRequest (the same pre-serialized bytes the provider gets) and answers
@@ -12,6 +12,7 @@ dev kit) because the load-test Job measures the floor on the node too.
 
 from __future__ import annotations
 
+import argparse
 import asyncio
 import contextlib
 import os
@@ -62,11 +63,21 @@ async def serve(path: str, response: provider_pb2.MountResponse | None = None) -
 
 
 def main(argv: list[str]) -> None:
+    parser = argparse.ArgumentParser(prog="python -m provider.cli.bench.floor")
+    parser.add_argument("socket")
+    parser.add_argument("response_file", nargs="?")
+    parser.add_argument("--loop", choices=["asyncio", "uvloop"], default="asyncio")
+    args = parser.parse_args(argv)
     response = None
-    if len(argv) > 1:
-        with open(argv[1], "rb") as fh:
+    if args.response_file:
+        with open(args.response_file, "rb") as fh:
             response = provider_pb2.MountResponse.FromString(fh.read())
-    asyncio.run(serve(argv[0], response))
+    if args.loop == "uvloop":
+        import uvloop
+
+        uvloop.run(serve(args.socket, response))
+    else:
+        asyncio.run(serve(args.socket, response))
 
 
 if __name__ == "__main__":
