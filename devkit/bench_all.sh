@@ -13,6 +13,8 @@ bench() { local name=$1; shift; echo "== $name: bench $*"; $PY -m provider.cli.m
 # The floor: cached 5-object mounts, closed loop, against the echo (CPU per call and p50 ratios).
 bench cached-fake --store fake --objects 5 --cache-ttl 30 --concurrency 16 --duration 30
 bench cached-openbao --store openbao --objects 5 --cache-ttl 30 --concurrency 16 --duration 30
+# The same against a floor on uvloop too (the provider's own loop): our code's share of the ratio.
+bench cached-fake-floor-uvloop --store fake --objects 5 --cache-ttl 30 --concurrency 16 --duration 30 --floor-loop uvloop
 # Open loop: 500 cached mounts per second for 60 s (0 errors, p99 <= 20 ms).
 bench open-500-fake --store fake --objects 5 --cache-ttl 30 --rate 500 --duration 60
 bench open-500-openbao --store openbao --objects 5 --cache-ttl 30 --rate 500 --duration 60

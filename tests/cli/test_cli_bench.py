@@ -21,7 +21,9 @@ import yaml
 from devkit.openbao import OpenBao, read_policy
 from devkit.ports import free_port
 from devkit.tokens import SigningKey
+from protos import provider_pb2
 from provider.cli.bench import load
+from provider.cli.bench.command import floor
 from provider.cli.bench.summary import soak_summary
 from provider.cli.main import main
 
@@ -222,3 +224,18 @@ async def test_a_call_sent_before_an_outage_that_fails_in_it_counts_as_the_outag
     mount = {"error_times": rec.out.error_times}
     summary = soak_summary([], [(0.1, 0.15)], mount, timeout=1.0)
     assert (summary["errors_during_outages"], summary["errors_outside_outages"]) == (1, 0)
+
+
+@pytest.mark.parametrize("loop", ["asyncio", "uvloop"])
+async def test_the_floor_serves_on_either_loop(tmp_path: Path, loop: str) -> None:
+    """`--floor-loop`: the floor answers the captured response on the loop asked for."""
+    answer = provider_pb2.MountResponse(
+        files=[provider_pb2.File(path="a", mode=0o644, contents=b"captured")]
+    ).SerializeToString()
+    async with floor(tmp_path, answer, loop) as (socket, pid):
+        # uvloop's extension is mapped into the floor's process only when it runs on it.
+        assert ("uvloop" in Path(f"/proc/{pid}/maps").read_text()) == (loop == "uvloop")
+        async with grpc.aio.insecure_channel(f"unix://{socket}") as channel:
+            mount = channel.unary_unary(load.MOUNT)
+            reply = await mount(provider_pb2.MountRequest().SerializeToString(), timeout=5)
+    assert provider_pb2.MountResponse.FromString(reply).files[0].contents == b"captured"
