@@ -42,7 +42,7 @@ QUOTAS = {
 
 #: Measured inputs, each with the run it came from (BENCHMARKS.md lists the commands).
 MEASURED = {
-    "cached_mount_ms": (1.8, "open-500-fake: p50 of a cached 5-object mount at 500/s"),
+    "cached_mount_ms": (1.35, "s4-open-500-fake: p50 of a cached 5-object mount at 500/s"),
     "uncached_mount_overhead_ms": (2.7, "rotation-fake: p50 of a value-cache-off mount, 100/s"),
     "cold_calls_per_node_identity": ("1 login + 1 read per object", "cold-500-openbao-ttl30"),
 }

@@ -46,10 +46,5 @@ class Memo(Generic[K, V]):
         if held is not None:
             self._size -= held[1]
 
-    @property
-    def size(self) -> int:
-        """The sizes of the entries held, summed."""
-        return self._size
-
     def __len__(self) -> int:
         return len(self._entries)
