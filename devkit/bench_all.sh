@@ -30,9 +30,11 @@ bench soak-stale-on --store openbao --scenario rotation --volumes 2000 --interva
 bench soak-stale-off --store openbao --scenario rotation --volumes 2000 --interval 60 --duration 600 \
   --store-restart-every 120 --store-down 5 --no-echo --timeout 30 || true
 # The provider's own Python per cached Mount, in one process (no gRPC): a line per mount, then
-# the default (a volume's unchanged re-mounts counted, not logged).
+# the default (a volume's unchanged re-mounts counted, not logged); then the Vault backend
+# against a real OpenBao.
 $PY -m devkit.mount_cost --log-repeats-every 0 | tee "$OUT/mount-cost.txt"
 $PY -m devkit.mount_cost | tee -a "$OUT/mount-cost.txt"
+$PY -m devkit.mount_cost --store openbao | tee -a "$OUT/mount-cost.txt"
 # Memory with all four backends after 20,000 mounts.
 $PY -m tests.perf.rss_all_backends --mounts 20000 --every 5000 | tee "$OUT/rss-all-four.txt"
 # The cluster-scale model (its measured inputs name the runs above).

@@ -1,12 +1,14 @@
 """The provider's own Python per cached Mount, in one process, without gRPC (a benchmark).
 
-    python -m devkit.mount_cost [--mounts 5000] [--repeats 7] [--log-repeats-every 600]
+    python -m devkit.mount_cost [--store fake|openbao] [--mounts 5000] [--repeats 7]
+                                [--log-repeats-every 600]
 
-Builds the servicer as `serve` does over the fake store (5 objects, `--cache-ttl 30`), answers
-the bench's requests for 100 pods once, then times `ProviderServicer.Mount` over them with the
-process's CPU clock and prints the best of `--repeats` rounds. The log goes to a file at INFO, as
-a DaemonSet's does. `bench` measures the whole process (gRPC included) against the floor; this
-isolates what a change to our code costs, with less noise than a whole-process run.
+Builds the servicer as `serve` does — from `serve`'s own flags, over the bench's store rig (the
+fake store, or a real OpenBao with its jwt role and KV v2 secrets), 5 objects, `--cache-ttl 30` —
+answers the bench's requests for 100 pods once, then times `ProviderServicer.Mount` over them
+with the process's CPU clock and prints the best of `--repeats` rounds. The log goes to a file
+at INFO, as a DaemonSet's does. `bench` measures the whole process (gRPC included) against the
+floor; this isolates what a change to our code costs, with less noise than a whole-process run.
 """
 
 from __future__ import annotations
@@ -15,17 +17,19 @@ import argparse
 import asyncio
 import gc
 import logging
+import os
 import tempfile
 import time
 from pathlib import Path
 from typing import Any
 
-import yaml
-
-from devkit.testing import Harness
+from devkit import rigs
 from protos import provider_pb2
+from provider.cli import flags
 from provider.cli.bench import targets
+from provider.core.metrics import Metrics
 from provider.edge import logs
+from provider.edge.app import build_mounter
 from provider.edge.server import ProviderServicer
 
 OBJECTS, PODS = 5, 100
@@ -41,47 +45,68 @@ class _Context:
         raise RuntimeError(f"{code}: {message}")
 
 
-async def measure(mounts: int, repeats: int, log_repeats_every: float, work: Path) -> float:
+def _servicer(rig: Any, work: Path, log_repeats_every: float) -> ProviderServicer:
+    """The servicer `serve` would build with the rig's provider flags."""
+    key = work / "hmac.key"
+    key.write_bytes(os.urandom(32))
+    parser = argparse.ArgumentParser()
+    flags.add_serve_flags(parser)
+    args = parser.parse_args(["--hmac-key-file", str(key), "--cache-ttl", "30", *rig.provider_args])
+    metrics = Metrics()
+    mounter, _ = build_mounter(flags.settings_from_args(args), metrics)
+    return ProviderServicer(mounter=mounter, metrics=metrics, log_repeats_every=log_repeats_every)
+
+
+async def measure(
+    mounts: int, repeats: int, log_repeats_every: float, work: Path, store: str = "fake"
+) -> float:
     """Best µs of CPU per Mount over `repeats` rounds of `mounts`."""
-    harness = Harness(work, cache_ttl=30.0)
-    harness.write({"secrets": {f"s{i}": {"user": f"u{i}"} for i in range(OBJECTS)}})
-    items = [{"objectName": f"o{i}", "secretPath": f"s{i}"} for i in range(OBJECTS)]
-    params = {"backend": "fake", "objects": yaml.safe_dump(items)}
-    bench_class = targets.BenchClass("bench", "bench", params, 1, lambda _n, _p, _a: {})
-    requests = [
-        provider_pb2.MountRequest.FromString(raw)
-        for raw in targets.requests([bench_class], pods=PODS, namespace=None, accounts=["sa-0"])
-    ]
-    logs.configure("info", "json")
-    handler = logging.getLogger().handlers[0]
-    assert isinstance(handler, logging.StreamHandler)
-    handler.setStream((work / "provider.log").open("w"))
-    servicer = ProviderServicer(
-        mounter=harness.mounter, metrics=harness.metrics, log_repeats_every=log_repeats_every
-    )
-    context = _Context()
-    for request in requests:  # every value cached, every plan parsed
-        await servicer.Mount(request, context)
-    gc.collect()
-    gc.freeze()
-    best = float("inf")
-    for _ in range(repeats):
-        start = time.process_time()
-        for i in range(mounts):
-            await servicer.Mount(requests[i % PODS], context)
-        best = min(best, time.process_time() - start)
-    return best / mounts * 1e6
+    rig = rigs.make_rigs([store], work, objects=OBJECTS, identities=1, health_port=0)[0]
+    await rig.start()
+    try:
+        bench_class = targets.BenchClass(
+            "bench", "bench", rig.params, 1, lambda _n, _p, account: rig.tokens(account)
+        )
+        requests = [
+            provider_pb2.MountRequest.FromString(raw)
+            for raw in targets.requests([bench_class], pods=PODS, namespace=None, accounts=["sa-0"])
+        ]
+        logs.configure("info", "json")
+        handler = logging.getLogger().handlers[0]
+        assert isinstance(handler, logging.StreamHandler)
+        handler.setStream((work / "provider.log").open("w"))
+        servicer = _servicer(rig, work, log_repeats_every)
+        context = _Context()
+        for request in requests:  # every value cached, every plan parsed
+            await servicer.Mount(request, context)
+        gc.collect()
+        gc.freeze()
+        best = float("inf")
+        for _ in range(repeats):
+            start = time.process_time()
+            for i in range(mounts):
+                await servicer.Mount(requests[i % PODS], context)
+            best = min(best, time.process_time() - start)
+        return best / mounts * 1e6
+    finally:
+        await rig.stop()
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--store", choices=["fake", "openbao"], default="fake")
     parser.add_argument("--mounts", type=int, default=5000)
     parser.add_argument("--repeats", type=int, default=7)
     parser.add_argument("--log-repeats-every", type=float, default=600.0)
     args = parser.parse_args()
     with tempfile.TemporaryDirectory() as work:
-        cost = asyncio.run(measure(args.mounts, args.repeats, args.log_repeats_every, Path(work)))
-    print(f"{cost:.1f} µs of CPU per cached Mount (best of {args.repeats} x {args.mounts})")
+        cost = asyncio.run(
+            measure(args.mounts, args.repeats, args.log_repeats_every, Path(work), args.store)
+        )
+    print(
+        f"{cost:.1f} µs of CPU per cached Mount, {args.store} store "
+        f"(best of {args.repeats} x {args.mounts})"
+    )
 
 
 if __name__ == "__main__":
