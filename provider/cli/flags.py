@@ -13,7 +13,7 @@ import argparse
 import os
 import re
 from collections.abc import Callable
-from typing import Any, NoReturn
+from typing import Any, NoReturn, get_args
 
 from backends import registry
 from provider.core.errors import InvalidParameters
@@ -21,6 +21,7 @@ from provider.core.limits import parse_rate_limits
 from provider.core.settings import (
     DEFAULT_SOCKET,
     CoreSettings,
+    EventLoop,
     ServeSettings,
     add_options_flags,
     env_default,
@@ -148,13 +149,12 @@ def add_serve_flags(parser: argparse.ArgumentParser, *, with_socket: bool = True
             metavar="SECONDS",
             type=seconds(),
         )
-    if with_socket:
         flag(
             g,
             "--event-loop",
             "auto",
             "the event loop: uvloop (measured faster), asyncio, or auto: uvloop when installed",
-            choices=["auto", "uvloop", "asyncio"],
+            choices=list(get_args(EventLoop)),
         )
     flag(
         g,

@@ -54,6 +54,10 @@ class CoreSettings:
     kube_api_url: str | None = None
 
 
+#: `--event-loop`: auto (uvloop when installed), uvloop or asyncio.
+EventLoop = Literal["auto", "uvloop", "asyncio"]
+
+
 @dataclass(frozen=True)
 class ServeSettings:
     socket: str = DEFAULT_SOCKET
@@ -64,8 +68,7 @@ class ServeSettings:
     log_repeats_every: float = 600.0
     #: Seconds in-flight mounts may take to finish after SIGTERM.
     grace_period: float = 10.0
-    #: `--event-loop`: auto (uvloop when installed), uvloop or asyncio.
-    event_loop: Literal["auto", "uvloop", "asyncio"] = "auto"
+    event_loop: EventLoop = "auto"
     hmac_key_file: str | None = None
     #: `--audit-log`: a file to append the access audit trail to, `-` for stderr, None = off.
     audit_log: str | None = None

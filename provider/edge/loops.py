@@ -14,9 +14,9 @@ import importlib.util
 from collections.abc import Coroutine
 from typing import Any, Literal, TypeVar
 
+from provider.core.settings import EventLoop
+
 T = TypeVar("T")
-EventLoop = Literal["auto", "uvloop", "asyncio"]
-CHOICES: tuple[EventLoop, ...] = ("auto", "uvloop", "asyncio")
 
 
 class LoopUnavailable(Exception):

@@ -22,6 +22,7 @@ import sys
 import grpc
 
 from protos import provider_pb2, provider_pb2_grpc
+from provider.edge import loops
 
 
 class FloorServicer(provider_pb2_grpc.CSIDriverProviderServicer):  # type: ignore[misc]
@@ -72,12 +73,7 @@ def main(argv: list[str]) -> None:
     if args.response_file:
         with open(args.response_file, "rb") as fh:
             response = provider_pb2.MountResponse.FromString(fh.read())
-    if args.loop == "uvloop":
-        import uvloop
-
-        uvloop.run(serve(args.socket, response))
-    else:
-        asyncio.run(serve(args.socket, response))
+    loops.run(serve(args.socket, response), args.loop)
 
 
 if __name__ == "__main__":
