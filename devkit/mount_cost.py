@@ -35,7 +35,7 @@ from provider.edge.server import ProviderServicer
 OBJECTS, PODS = 5, 100
 
 
-class _Context:
+class Context:
     """What the servicer asks of grpc's context on a successful mount."""
 
     def time_remaining(self) -> float:
@@ -45,13 +45,17 @@ class _Context:
         raise RuntimeError(f"{code}: {message}")
 
 
-def _servicer(rig: Any, work: Path, log_repeats_every: float) -> ProviderServicer:
+def servicer(
+    rig: Any, work: Path, log_repeats_every: float, cache_ttl: float = 30
+) -> ProviderServicer:
     """The servicer `serve` would build with the rig's provider flags."""
     key = work / "hmac.key"
     key.write_bytes(os.urandom(32))
     parser = argparse.ArgumentParser()
     flags.add_serve_flags(parser)
-    args = parser.parse_args(["--hmac-key-file", str(key), "--cache-ttl", "30", *rig.provider_args])
+    args = parser.parse_args(
+        ["--hmac-key-file", str(key), "--cache-ttl", str(cache_ttl), *rig.provider_args]
+    )
     metrics = Metrics()
     mounter, _ = build_mounter(flags.settings_from_args(args), metrics)
     return ProviderServicer(mounter=mounter, metrics=metrics, log_repeats_every=log_repeats_every)
@@ -75,17 +79,17 @@ async def measure(
         handler = logging.getLogger().handlers[0]
         assert isinstance(handler, logging.StreamHandler)
         handler.setStream((work / "provider.log").open("w"))
-        servicer = _servicer(rig, work, log_repeats_every)
-        context = _Context()
+        provider = servicer(rig, work, log_repeats_every)
+        context = Context()
         for request in requests:  # every value cached, every plan parsed
-            await servicer.Mount(request, context)
+            await provider.Mount(request, context)
         gc.collect()
         gc.freeze()
         best = float("inf")
         for _ in range(repeats):
             start = time.process_time()
             for i in range(mounts):
-                await servicer.Mount(requests[i % PODS], context)
+                await provider.Mount(requests[i % PODS], context)
             best = min(best, time.process_time() - start)
         return best / mounts * 1e6
     finally:
