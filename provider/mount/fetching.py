@@ -13,12 +13,10 @@ failed mount join the read in flight instead of starting a retry series each
 (nobody could use its result); otherwise it finishes in the background and refreshes the
 caches.
 
-Serve-stale (`--serve-stale-max-age`, off by default): when the store fails transiently (down,
-hanging, throttled past our retries) — or has not answered within `--serve-stale-wait`, or the
-read's latest attempt was refused (a store that is down is not waited for) — the last good
-value of the same identity and object is served if it is younger than the limit, logged and
-counted, while the one load per key keeps refreshing it. It never applies to denials
-or missing objects, and never bypasses the identity check (`identify` runs before any fetch).
+Serve-stale (`--serve-stale-max-age`, provider/mount/stale.py): when the store fails
+transiently, has not answered within `--serve-stale-wait`, or the read's latest attempt was
+refused, a mount is served the last good value of the same identity and object, while the one
+load per key keeps refreshing it.
 
 Each backend has at most `--max-concurrent-fetches` fetch calls in flight, one namespace at most
 `--max-concurrent-fetches-per-namespace` of them, and optionally at most `--rate-limit` calls per
@@ -30,7 +28,6 @@ value and stale caches evict by namespace share (provider/core/caching.py).
 from __future__ import annotations
 
 import asyncio
-import dataclasses
 import logging
 import time
 from collections.abc import Hashable, Mapping, Sequence
@@ -43,8 +40,8 @@ from provider.core.errors import BridgeError, DeadlineExceeded
 from provider.core.limits import FetchSlots, RateLimiter, namespace_of
 from provider.core.metrics import Metrics
 from provider.core.model import AnyPlan, FetchContext, Fetched, Identity, SecretValue, Source
+from provider.mount.stale import Key, LastGood, values_size
 
-_Key = tuple[str, Hashable]
 log = logging.getLogger("secrets_bridge.fetching")
 
 #: The provider's own budget for a shared load: the kubelet's NodePublish deadline.
@@ -64,10 +61,6 @@ class _Raised:
 
 _Outcome = Fetched | _Raised
 _Joined = dict[Hashable, tuple["asyncio.Future[Fetched]", "asyncio.Task[None]"]]
-
-
-def _size(values: Sequence[SecretValue]) -> int:
-    return sum(len(v.content) for v in values) + 64 * len(values)
 
 
 def _ran_out(outcome: _Outcome) -> bool:
@@ -91,8 +84,6 @@ class Fetcher:
         load_budget: float = LOAD_BUDGET,
     ) -> None:
         self._ttl = cache_ttl
-        self._stale_age = serve_stale_max_age
-        self._stale_wait = serve_stale_wait
         self._load_budget = load_budget
         #: Whether a load's result is worth finishing after every caller left.
         self._keep = cache_ttl > 0 or serve_stale_max_age > 0
@@ -101,22 +92,20 @@ class Fetcher:
         self._cache: ExpiringCache[Sequence[SecretValue]] = ExpiringCache(
             max_entries=max_entries,
             max_bytes=max_bytes,
-            size_of=_size,
+            size_of=values_size,
             on_event=self._count,
             tenant_of=namespace_of,
         )
-        self._last_good: ExpiringCache[Sequence[SecretValue]] = ExpiringCache(
+        self._stale = LastGood(
+            max_age=serve_stale_max_age,
+            wait=serve_stale_wait,
+            metrics=metrics,
             max_entries=max_entries,
             max_bytes=max_bytes,
-            size_of=_size,
-            on_event=metrics.cache_counter("stale"),
-            tenant_of=namespace_of,
         )
-        self._inflight: dict[_Key, tuple[asyncio.Future[Fetched], asyncio.Task[None]]] = {}
+        self._inflight: dict[Key, tuple[asyncio.Future[Fetched], asyncio.Task[None]]] = {}
         #: Callers still waiting on each load.
         self._waiters: dict[asyncio.Task[None], int] = {}
-        #: (key, load) pairs whose stale answer was logged: one line per load, not per mount.
-        self._announced: set[tuple[_Key, asyncio.Task[None]]] = set()
         #: The latest failed store call of each load still running.
         self._failures: dict[asyncio.Task[None], list[Failure]] = {}
         self._slots = FetchSlots(max_concurrent_fetches, max_concurrent_fetches_per_namespace)
@@ -241,7 +230,7 @@ class Fetcher:
         stale: list[Sequence[SecretValue] | None] = []
         stops: list[tuple[float, ...]] = []
         for ref, (_future, task) in joined.items():
-            held = self._last_good.get((identity.key, ref)) if self._stale_age > 0 else None
+            held = self._stale.get((identity.key, ref))
             until = ctx.deadline
             if held is not None and self._refusal(task) is not None:
                 # The load's latest attempt was refused (the store is down, not slow): the
@@ -249,8 +238,8 @@ class Fetcher:
                 # only delay the pod and pile up the mounts of an outage (each waiting call
                 # holds memory the allocators keep after it).
                 until = start
-            elif held is not None and self._stale_wait > 0:
-                until = min(until, start + self._stale_wait)
+            elif held is not None and self._stale.wait > 0:
+                until = min(until, start + self._stale.wait)
             # A store that refuses (rather than stays silent) gets the answer it always got:
             # its error once a third of this mount's deadline is spent (the driver re-sends
             # an UNAVAILABLE mount, and the re-send joins this read, which goes on). A silent
@@ -317,7 +306,8 @@ class Fetcher:
         seen = self._failures.get(task)
         last = f"; last attempt: {seen[-1].error}" if seen else ""
         if stale is not None:
-            self._served_stale(plan, identity, (identity.key, ref), task, f"no answer yet{last}")
+            key = (identity.key, ref)
+            self._stale.served(plan.backend, identity.subject, key, task, f"no answer yet{last}")
             return stale
         return DeadlineExceeded(
             f"the {plan.backend} store did not answer within this mount's deadline "
@@ -363,7 +353,7 @@ class Fetcher:
             )
             fetched = {ref: error for ref in mine}
         except BridgeError as exc:
-            if not exc.transient or not self._all_stale(identity, mine):
+            if not exc.transient or not self._stale.holds_all((identity.key, r) for r in mine):
                 self._fail(mine, exc)
                 return
             fetched = {ref: exc for ref in mine}
@@ -382,7 +372,7 @@ class Fetcher:
                 if held is not None and held[0] is future:  # not a newer load's entry
                     del self._inflight[key]
                 if task is not None:
-                    self._announced.discard((key, task))
+                    self._stale.load_ended(key, task)
         for ref, future in mine.items():
             result = fetched.get(ref)
             if result is None:
@@ -396,47 +386,14 @@ class Fetcher:
         if not isinstance(result, BridgeError):
             if self._ttl > 0:
                 self._cache.put(key, result, self._ttl)
-            if self._stale_age > 0:
-                # Held marked: whoever is served this copy later is served a stale value.
-                stale_copy = [dataclasses.replace(v, source="stale") for v in result]
-                self._last_good.put(key, stale_copy, self._stale_age)
+            self._stale.keep(key, result)
             return result
-        if self._stale_age > 0 and (result.transient or isinstance(result, DeadlineExceeded)):
-            stale = self._last_good.get(key)
+        if result.transient or isinstance(result, DeadlineExceeded):
+            stale = self._stale.get(key)
             if stale is not None:
-                self._served_stale(plan, identity, key, None, str(result))
+                self._stale.served(plan.backend, identity.subject, key, None, str(result))
                 return stale
         return result
-
-    def _served_stale(
-        self,
-        plan: AnyPlan,
-        identity: Identity,
-        key: _Key,
-        task: asyncio.Task[None] | None,
-        why: str,
-    ) -> None:
-        self._metrics.cache_events.labels("stale", "served").inc()
-        if task is not None:
-            if (key, task) in self._announced:
-                return
-            self._announced.add((key, task))
-        log.warning(
-            "store unavailable; serving the last good value",
-            extra={
-                "fields": {
-                    "backend": plan.backend,
-                    "identity": identity.subject,
-                    "max_age_s": self._stale_age,
-                    "error": why,
-                }
-            },
-        )
-
-    def _all_stale(self, identity: Identity, mine: Mapping[Hashable, object]) -> bool:
-        return self._stale_age > 0 and all(
-            self._last_good.get((identity.key, ref)) is not None for ref in mine
-        )
 
     @staticmethod
     def _fail(mine: Mapping[Hashable, asyncio.Future[Fetched]], exc: BaseException) -> None:
