@@ -116,6 +116,20 @@ class Fetcher:
         """The provider's metrics (the mounter counts fallback reads on them)."""
         return self._metrics
 
+    def cached(
+        self, identity: Identity, refs: Sequence[Hashable]
+    ) -> list[Sequence[SecretValue]] | None:
+        """Each of `refs`' values (refs given once each) when every one is in the value cache,
+        counted as hits; else None, and nothing counted: the caller then `fetch`es, which
+        counts each ref as what it turns out to be. A cached mount's whole fetch."""
+        if self._ttl <= 0:
+            return None
+        key = identity.key
+        found = self._cache.get_all([(key, ref) for ref in refs])
+        if found is not None:
+            self._count("hit", len(found))
+        return found
+
     async def fetch(
         self,
         backend: AnyBackend,

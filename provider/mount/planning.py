@@ -8,8 +8,9 @@ of several stores, `stores`: provider/mount/stores.py) and the checks every dial
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Hashable, Mapping
 from dataclasses import dataclass
+from functools import cached_property
 from typing import Any
 
 from backends import registry
@@ -55,6 +56,11 @@ class MountPlan:
     def backend(self) -> str:
         """The backend name, or "multi" for a class of several stores."""
         return MULTI if self.named else self.stores[0].plan.backend
+
+    @cached_property
+    def refs(self) -> tuple[Hashable, ...]:
+        """The one store's refs, each once, in object order (a `backend:` class)."""
+        return tuple(dict.fromkeys(spec.ref for spec in self.store.objects))
 
     @property
     def objects(self) -> tuple[ObjectSpec[Any], ...]:

@@ -183,3 +183,45 @@ async def test_fetch_and_transform_failures_are_reported_together(tmp_path: Path
     with pytest.raises(MountFailed) as info:
         await h.mounter.mount(h.request(objects))
     assert [name for name, _ in info.value.failures] == ["down", "x"]
+
+
+def _cache_events(h: Harness, event: str) -> float:
+    value = h.metrics.registry.get_sample_value(
+        "secrets_bridge_cache_events_total", {"cache": "values", "event": event}
+    )
+    return value or 0.0
+
+
+async def test_a_fully_cached_mount_counts_one_hit_per_distinct_object_and_reads_nothing(
+    tmp_path: Path,
+) -> None:
+    h = Harness(tmp_path, cache_ttl=30)
+    h.write({"secrets": {"s": '{"k": "v"}', "t": "w"}})
+    objects = [*OBJECTS, {"objectName": "c", "secretPath": "t"}]  # refs s, s, t
+    first = await h.mounter.mount(h.request(objects))
+    assert (_cache_events(h, "miss"), _cache_events(h, "hit")) == (2, 0)
+    again = await h.mounter.mount(h.request(objects))
+    assert again is first  # the memoized answer of the very same cached values
+    assert (_cache_events(h, "miss"), _cache_events(h, "hit")) == (2, 2)
+    assert h.fake.reads == {"s": 1, "t": 1}
+
+
+async def test_a_partly_cached_mount_reads_only_what_is_missing(tmp_path: Path) -> None:
+    h = Harness(tmp_path, cache_ttl=30)
+    h.write({"secrets": {"s": '{"k": "v"}', "t": "w"}})
+    await h.mounter.mount(h.request(OBJECTS))
+    result = await h.mounter.mount(h.request([*OBJECTS, {"objectName": "c", "secretPath": "t"}]))
+    assert {f.path: f.contents for f in result.files} == {"a": b'{"k": "v"}', "b": b"v", "c": b"w"}
+    assert h.fake.reads == {"s": 1, "t": 1}
+    assert (_cache_events(h, "miss"), _cache_events(h, "hit")) == (2, 1)
+
+
+async def test_an_expired_value_is_read_again(tmp_path: Path) -> None:
+    h = Harness(tmp_path, cache_ttl=0.1)
+    h.write({"secrets": {"s": '{"k": "v1"}'}})
+    await h.mounter.mount(h.request(OBJECTS))
+    h.write({"secrets": {"s": '{"k": "v2"}'}})
+    await asyncio.sleep(0.2)
+    result = await h.mounter.mount(h.request(OBJECTS))
+    assert {f.path: f.contents for f in result.files}["b"] == b"v2"
+    assert h.fake.reads == {"s": 2}

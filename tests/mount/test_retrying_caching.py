@@ -131,3 +131,31 @@ def test_retry_reasons(error: Exception, reason: str) -> None:
     from provider.core.retrying import retry_reason
 
     assert retry_reason(error) == reason
+
+
+def test_get_all_answers_every_value_in_order_or_nothing() -> None:
+    now = [0.0]
+    events: list[str] = []
+    cache: ExpiringCache[str] = ExpiringCache(
+        max_entries=3, clock=lambda: now[0], on_event=events.append
+    )
+    cache.put("a", "va", 10)
+    cache.put("b", "vb", 10)
+    cache.put("short", "vs", 1)
+    assert cache.get_all(["b", "a"]) == ["vb", "va"]
+    assert cache.get_all(["a", "missing"]) is None
+    assert cache.get_all([]) == []
+    now[0] = 5.0
+    assert cache.get_all(["a", "short"]) is None  # expired: the caller's per-key pass drops it
+    assert cache.get_all(["a", "b"]) == ["va", "vb"]
+    assert events == []  # the caller counts what it served, once per mount
+
+
+def test_get_all_touches_each_entry_like_get() -> None:
+    cache: ExpiringCache[str] = ExpiringCache(max_entries=3)
+    for key in ("old", "mid", "new"):
+        cache.put(key, key, 60)
+    assert cache.get_all(["old"]) == ["old"]
+    cache.put("fourth", "fourth", 60)  # full: the least recently used goes, which is now "mid"
+    assert cache.get("mid") is None
+    assert cache.get_all(["old", "new", "fourth"]) == ["old", "new", "fourth"]
