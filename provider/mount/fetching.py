@@ -32,6 +32,7 @@ import logging
 import time
 from collections.abc import Hashable, Mapping, Sequence
 from dataclasses import dataclass
+from types import TracebackType
 
 from provider.core import waiting
 from provider.core.backend import AnyBackend, Failure, watch_failures
@@ -54,9 +55,20 @@ MAX_ROUNDS = 3
 
 @dataclass(frozen=True)
 class _Raised:
-    """A load that raised instead of returning per-ref outcomes (a refused login, a bug)."""
+    """A load that raised instead of returning per-ref outcomes (a refused login, a bug).
+
+    Every caller joined to the load gets the very same exception object. Raised as it is, each
+    raise would add that caller's frames to the one traceback it carries, and keep every
+    caller's frames (their requests among them) alive as long as any of them holds the error:
+    measured, 50 joined mounts left a chain of 102 entries. So each caller keeps the traceback
+    the load gave it (`Future.result()` re-raises with it, as asyncio does) and raises with that.
+    """
 
     error: BaseException
+    traceback: TracebackType | None
+
+    def rethrown(self) -> BaseException:
+        return self.error.with_traceback(self.traceback)
 
 
 _Outcome = Fetched | _Raised
@@ -142,7 +154,7 @@ class Fetcher:
         """Each ref's values or error. With `sources` (the audit trail is on), also where each
         value came from: the cache, another mount's read, or what the values are marked with."""
         results: dict[Hashable, Fetched] = {}
-        raised: list[BaseException] = []
+        raised: list[_Raised] = []
         todo = list(dict.fromkeys(refs))
         for round_ in range(MAX_ROUNDS):
             joined = self._join(backend, plan, identity, todo, ctx, results, sources)
@@ -164,13 +176,13 @@ class Fetcher:
                 if _ran_out(outcome) and left > RESTART_MIN and round_ < MAX_ROUNDS - 1:
                     todo.append(ref)
                 elif isinstance(outcome, _Raised):
-                    raised.append(outcome.error)
+                    raised.append(outcome)
                 else:
                     results[ref] = outcome
             if not todo:
                 break
         if raised:
-            raise raised[0]
+            raise raised[0].rethrown()
         if sources is not None:
             _settle(sources, results)
         return results
@@ -302,8 +314,10 @@ class Fetcher:
         """The load's outcome for `ref` if it has one, or the refusal it saw when there is no
         stale copy to wait for; None to keep waiting."""
         if future.done():
-            error = future.exception()
-            return _Raised(error) if error is not None else future.result()
+            try:
+                return future.result()
+            except Exception as exc:  # the load's own traceback, not other callers' (_Raised)
+                return _Raised(exc, exc.__traceback__)
         return self._refusal(task) if stale is None else None
 
     def _gave_up(

@@ -289,3 +289,43 @@ async def test_a_credential_load_cancelled_with_its_caller_is_redone_for_the_oth
     await asyncio.sleep(0.05)
     first.cancel()  # the mount that started the login went away
     assert await second == "token-2"  # the one still waiting logs in itself, not cancelled
+
+
+class RaisingStore:
+    """A store whose whole fetch raises (a refused login) after every caller joined it."""
+
+    name = "hang"
+
+    async def identify(self, plan: Any, pod: Pod) -> Identity:
+        return who(pod.namespace, pod.service_account)
+
+    async def fetch(
+        self, plan: Any, identity: Identity, refs: Sequence[str], ctx: FetchContext
+    ) -> Mapping[str, Fetched]:
+        await asyncio.sleep(0.05)
+        raise StoreUnavailable("hang store: login refused")
+
+    async def close(self) -> None:
+        return None
+
+
+async def test_callers_of_a_load_that_raised_do_not_collect_each_others_frames() -> None:
+    """Every mount joined to the load gets the same exception object; each raise must not add
+    its frames to one shared traceback (it kept every mount's frames alive)."""
+    fetcher = Fetcher(cache_ttl=0, metrics=Metrics())
+    store = RaisingStore()
+
+    async def mount() -> StoreUnavailable:
+        with pytest.raises(StoreUnavailable, match="login refused") as raised:
+            await fetcher.fetch(store, PLAN, who(), ["r"], fetch_ctx(5))
+        return raised.value
+
+    errors = await asyncio.gather(*(mount() for _ in range(50)))
+    assert len({id(error) for error in errors}) == 1  # shared, as single-flight shares it
+    frames = []
+    tb = errors[0].__traceback__
+    while tb is not None:
+        frames.append(tb.tb_frame.f_code.co_name)
+        tb = tb.tb_next
+    assert len(frames) < 10, frames  # was 2 per joined mount: 102 entries
+    assert "fetch" in frames  # where the load raised is still there to read
