@@ -35,6 +35,8 @@ bench soak-stale-off --store openbao --scenario rotation --volumes 2000 --interv
 $PY -m devkit.mount_cost --log-repeats-every 0 | tee "$OUT/mount-cost.txt"
 $PY -m devkit.mount_cost | tee -a "$OUT/mount-cost.txt"
 $PY -m devkit.mount_cost --store openbao | tee -a "$OUT/mount-cost.txt"
+# Our Python heap per mount waiting out an outage (a store cut off, 300 mounts waiting).
+$PY -m devkit.waiting_memory | tee "$OUT/waiting-memory.txt"
 # Memory with all four backends after 20,000 mounts.
 $PY -m tests.perf.rss_all_backends --mounts 20000 --every 5000 | tee "$OUT/rss-all-four.txt"
 # The cluster-scale model (its measured inputs name the runs above).

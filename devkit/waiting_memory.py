@@ -17,7 +17,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import logging
-import sys
+import sysconfig
 import tempfile
 import tracemalloc
 from pathlib import Path
@@ -85,8 +85,14 @@ def main() -> None:
         total, files = asyncio.run(measure(args.mounts, args.wait, Path(work)))
     print(f"{total / 1024:.2f} KiB of Python heap per waiting mount ({args.mounts} waiting)")
     root = str(Path(__file__).resolve().parents[1]) + "/"
+    places = {
+        sysconfig.get_paths()["purelib"]: "<site-packages>",
+        sysconfig.get_paths()["stdlib"]: "<python>",
+    }
     for name, size in files[:8]:
-        shown = name.removeprefix(root).replace(sys.prefix, "<venv>")
+        shown = name.removeprefix(root)
+        for place, label in places.items():
+            shown = shown.replace(place, label)
         print(f"  {size:7.0f} B  {shown}")
 
 
