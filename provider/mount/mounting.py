@@ -157,9 +157,8 @@ class Mounter:
             return self._build_memoized(plan, hits, request.permission, request.pod.namespace)
         seconds = DEFAULT_DEADLINE if budget is None else budget
         ctx = FetchContext(deadline=now + seconds, retry_deadline=now + seconds / 3)
-        refs = [spec.ref for spec in store.objects]
         sources: dict[Hashable, Source] | None = {} if audit else None
-        fetched = await self._fetcher.fetch(backend, store, identity, refs, ctx, sources)
+        fetched = await self._fetcher.fetch(backend, store, identity, plan.refs, ctx, sources)
         failures: list[tuple[str, BridgeError]] = []
         values: dict[Hashable, Sequence[SecretValue]] = {}
         for spec in store.objects:
