@@ -15,11 +15,13 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
 import gc
 import logging
 import os
 import tempfile
 import time
+from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
 
@@ -61,10 +63,12 @@ def servicer(
     return ProviderServicer(mounter=mounter, metrics=metrics, log_repeats_every=log_repeats_every)
 
 
-async def measure(
-    mounts: int, repeats: int, log_repeats_every: float, work: Path, store: str = "fake"
-) -> float:
-    """Best µs of CPU per Mount over `repeats` rounds of `mounts`."""
+@contextlib.asynccontextmanager
+async def serving(
+    store: str, work: Path, pods: int, *, cache_ttl: float = 30, log_repeats_every: float = 600.0
+) -> AsyncIterator[tuple[Any, ProviderServicer, list[provider_pb2.MountRequest]]]:
+    """The store's rig (started), the servicer over it, and the bench's requests for `pods`
+    pods of one 5-object class; the log goes to a file at INFO, as a DaemonSet's does."""
     rig = rigs.make_rigs([store], work, objects=OBJECTS, identities=1, health_port=0)[0]
     await rig.start()
     try:
@@ -73,13 +77,23 @@ async def measure(
         )
         requests = [
             provider_pb2.MountRequest.FromString(raw)
-            for raw in targets.requests([bench_class], pods=PODS, namespace=None, accounts=["sa-0"])
+            for raw in targets.requests([bench_class], pods=pods, namespace=None, accounts=["sa-0"])
         ]
         logs.configure("info", "json")
         handler = logging.getLogger().handlers[0]
         assert isinstance(handler, logging.StreamHandler)
         handler.setStream((work / "provider.log").open("w"))
-        provider = servicer(rig, work, log_repeats_every)
+        yield rig, servicer(rig, work, log_repeats_every, cache_ttl), requests
+    finally:
+        await rig.stop()
+
+
+async def measure(
+    mounts: int, repeats: int, log_repeats_every: float, work: Path, store: str = "fake"
+) -> float:
+    """Best µs of CPU per Mount over `repeats` rounds of `mounts`."""
+    setup = serving(store, work, PODS, log_repeats_every=log_repeats_every)
+    async with setup as (_rig, provider, requests):
         context = Context()
         for request in requests:  # every value cached, every plan parsed
             await provider.Mount(request, context)
@@ -92,8 +106,6 @@ async def measure(
                 await provider.Mount(requests[i % PODS], context)
             best = min(best, time.process_time() - start)
         return best / mounts * 1e6
-    finally:
-        await rig.stop()
 
 
 def main() -> None:

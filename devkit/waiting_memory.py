@@ -16,35 +16,19 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import logging
 import sysconfig
 import tempfile
 import tracemalloc
 from pathlib import Path
 
 from devkit import rigs
-from devkit.mount_cost import OBJECTS, Context, servicer
-from protos import provider_pb2
-from provider.cli.bench import targets
-from provider.edge import logs
+from devkit.mount_cost import Context, serving
 
 
 async def measure(mounts: int, wait: float, work: Path) -> tuple[float, list[tuple[str, float]]]:
     """Bytes per waiting mount in all, and by file (largest first)."""
-    rig = rigs.make_rigs(["openbao"], work, objects=OBJECTS, identities=1, health_port=0)[0]
-    assert isinstance(rig, rigs.OpenBaoRig)
-    await rig.start()
-    try:
-        bench_class = targets.BenchClass(
-            "bench", "bench", rig.params, 1, lambda _n, _p, account: rig.tokens(account)
-        )
-        raw = targets.requests([bench_class], pods=mounts, namespace=None, accounts=["sa-0"])
-        requests = [provider_pb2.MountRequest.FromString(r) for r in raw]
-        logs.configure("info", "json")
-        handler = logging.getLogger().handlers[0]
-        assert isinstance(handler, logging.StreamHandler)
-        handler.setStream((work / "provider.log").open("w"))
-        provider = servicer(rig, work, 600.0, cache_ttl=0)
+    async with serving("openbao", work, mounts, cache_ttl=0) as (rig, provider, requests):
+        assert isinstance(rig, rigs.OpenBaoRig)
         context = Context()
         for request in requests:  # logged in, every plan parsed, every request kept
             await provider.Mount(request, context)
@@ -72,8 +56,6 @@ async def measure(mounts: int, wait: float, work: Path) -> tuple[float, list[tup
         total = sum(d.size_diff for d in diff) / mounts
         files = [(d.traceback[0].filename, d.size_diff / mounts) for d in diff if d.size_diff]
         return total, files
-    finally:
-        await rig.stop()
 
 
 def main() -> None:
