@@ -37,6 +37,8 @@ $PY -m devkit.mount_cost | tee -a "$OUT/mount-cost.txt"
 $PY -m devkit.mount_cost --store openbao | tee -a "$OUT/mount-cost.txt"
 # Our Python heap per mount waiting out an outage (a store cut off, 300 mounts waiting).
 $PY -m devkit.waiting_memory | tee "$OUT/waiting-memory.txt"
+# RSS per call in flight: the provider waiting out an outage vs a bare grpc server holding calls.
+$PY -m devkit.inflight_memory --pairs 5 --calls 300 | tee "$OUT/inflight-memory.txt"
 # Memory with all four backends after 20,000 mounts.
 $PY -m tests.perf.rss_all_backends --mounts 20000 --every 5000 | tee "$OUT/rss-all-four.txt"
 # The cluster-scale model (its measured inputs name the runs above).
