@@ -53,7 +53,7 @@ CALL_MARGIN = 0.25
 BACKSTOP_GRACE = 0.1
 
 _cutoff: contextvars.ContextVar[float] = contextvars.ContextVar("store_call_cutoff")
-_failures: contextvars.ContextVar[list[Failure] | None] = contextvars.ContextVar(
+_failures: contextvars.ContextVar[FailureWatch | None] = contextvars.ContextVar(
     "store_call_failures", default=None
 )
 
@@ -66,13 +66,39 @@ class Failure:
     error: BridgeError
     silent: bool
 
+    @property
+    def refused(self) -> bool:
+        """The store answered, with a failure worth retrying (down, restarting, throttling):
+        not silence, not a denial."""
+        return not self.silent and self.error.transient
 
-def watch_failures() -> list[Failure]:
-    """A list that holds the latest failed store call made from this context on (the
-    fetcher's loads watch theirs, so a mount that stops waiting can say what the store did)."""
-    seen: list[Failure] = []
-    _failures.set(seen)
-    return seen
+
+class FailureWatch:
+    """The latest failed store call made from one context on (a fetcher's load watches its
+    own, so a mount that stops waiting can say what the store did), and whom to tell at once
+    when the store refuses."""
+
+    def __init__(self, on_refused: Callable[[BridgeError], None] | None = None) -> None:
+        self.latest: Failure | None = None
+        self._on_refused = on_refused
+
+    def note(self, failure: Failure) -> None:
+        self.latest = failure
+        if self._on_refused is not None and failure.refused:
+            self._on_refused(failure.error)
+
+    def close(self) -> None:
+        """Stop telling of refusals. The watch lives on in the context of every handle and
+        task started while it was set, and its callback holds what the watcher answers with
+        (a load's values): let those go with the watcher."""
+        self._on_refused = None
+
+
+def watch_failures(on_refused: Callable[[BridgeError], None] | None = None) -> FailureWatch:
+    """Watch the store calls made from this context on (see FailureWatch)."""
+    watch = FailureWatch(on_refused)
+    _failures.set(watch)
+    return watch
 
 
 def attempt_cutoff() -> float:
@@ -138,9 +164,9 @@ class BackendEnv(Generic[OptionsT]):
 
 
 def _note(failure: Failure) -> None:
-    seen = _failures.get()
-    if seen is not None:
-        seen[:] = [failure]
+    watch = _failures.get()
+    if watch is not None:
+        watch.note(failure)
 
 
 class Backend(Protocol[StoreT, RefT]):

@@ -14,9 +14,10 @@ failed mount join the read in flight instead of starting a retry series each
 caches.
 
 Serve-stale (`--serve-stale-max-age`, provider/mount/stale.py): when the store fails
-transiently, has not answered within `--serve-stale-wait`, or the read's latest attempt was
-refused, a mount is served the last good value of the same identity and object, while the one
-load per key keeps refreshing it.
+transiently or has not answered within `--serve-stale-wait`, a mount is served the last good
+value of the same identity and object, while the one load per key keeps refreshing it. When the
+store refuses (it is down, not slow), the load settles every ref with a copy at that attempt:
+the mounts waiting on it, and those joining it later, are answered then, not after the wait.
 
 Each backend has at most `--max-concurrent-fetches` fetch calls in flight, one namespace at most
 `--max-concurrent-fetches-per-namespace` of them, and optionally at most `--rate-limit` calls per
@@ -35,13 +36,13 @@ from dataclasses import dataclass
 from types import TracebackType
 
 from provider.core import waiting
-from provider.core.backend import AnyBackend, Failure, watch_failures
+from provider.core.backend import AnyBackend, FailureWatch, watch_failures
 from provider.core.caching import ExpiringCache
 from provider.core.errors import BridgeError, DeadlineExceeded
 from provider.core.limits import FetchSlots, RateLimiter, namespace_of
 from provider.core.metrics import Metrics
 from provider.core.model import AnyPlan, FetchContext, Fetched, Identity, SecretValue, Source
-from provider.mount.stale import Key, LastGood, values_size
+from provider.mount.stale import Key, LastGood, is_stale, values_size
 
 log = logging.getLogger("secrets_bridge.fetching")
 
@@ -118,8 +119,8 @@ class Fetcher:
         self._inflight: dict[Key, tuple[asyncio.Future[Fetched], asyncio.Task[None]]] = {}
         #: Callers still waiting on each load.
         self._waiters: dict[asyncio.Task[None], int] = {}
-        #: The latest failed store call of each load still running.
-        self._failures: dict[asyncio.Task[None], list[Failure]] = {}
+        #: The failed store calls of each load still running.
+        self._failures: dict[asyncio.Task[None], FailureWatch] = {}
         self._slots = FetchSlots(max_concurrent_fetches, max_concurrent_fetches_per_namespace)
         self._rates = {name: RateLimiter(rate) for name, rate in (rate_limits or {}).items()}
 
@@ -255,16 +256,12 @@ class Fetcher:
         # Per ref, in `joined`'s order (lists: this frame is held by every waiting mount).
         stale: list[Sequence[SecretValue] | None] = []
         stops: list[tuple[float, ...]] = []
-        for ref, (_future, task) in joined.items():
+        for ref in joined:
             held = self._stale.get((identity.key, ref))
             until = ctx.deadline
-            if held is not None and self._refusal(task) is not None:
-                # The load's latest attempt was refused (the store is down, not slow): the
-                # stale copy now, while the load retries. Waiting --serve-stale-wait would
-                # only delay the pod and pile up the mounts of an outage (each waiting call
-                # holds memory the allocators keep after it).
-                until = start
-            elif held is not None and self._stale.wait > 0:
+            if held is not None and self._stale.wait > 0:
+                # A silent store is waited for this long; one that refuses settles the ref
+                # with this copy at once (`_serve_refused`).
                 until = min(until, start + self._stale.wait)
             # A store that refuses (rather than stays silent) gets the answer it always got:
             # its error once a third of this mount's deadline is spent (the driver re-sends
@@ -276,15 +273,18 @@ class Fetcher:
             stops.append(stops[-1] if stops and stops[-1] == mine else mine)
         outcomes: list[_Outcome | None] = [None] * len(joined)
         for stop in sorted({s for ref_stops in stops for s in ref_stops}):
-            # A load settles all of its refs at once: waiting on the loads (one, as a rule)
-            # rather than on each ref's future holds one callback per load.
-            loads = {
-                task
-                for (future, task), outcome in zip(joined.values(), outcomes, strict=True)
+            # A load settles its refs together, except the ones it holds stale copies of,
+            # which a refusal settles at once: so a ref without a copy is waited for on its
+            # load (one callback per load, as a rule one per mount), one with a copy on itself.
+            awaited = {
+                task if held is None else future
+                for (future, task), held, outcome in zip(
+                    joined.values(), stale, outcomes, strict=True
+                )
                 if outcome is None and not future.done()
             }
-            if loads:
-                await waiting.all_done(loads, stop - time.monotonic())
+            if awaited:
+                await waiting.all_done(awaited, stop - time.monotonic())
             for i, (ref, (future, task)) in enumerate(joined.items()):
                 if outcomes[i] is not None or not (future.done() or stop in stops[i]):
                     continue
@@ -300,10 +300,9 @@ class Fetcher:
 
     def _refusal(self, task: asyncio.Task[None]) -> BridgeError | None:
         """The error of this load's latest failed attempt if it was a refusal (not silence)."""
-        seen = self._failures.get(task)
-        if seen and not seen[-1].silent and seen[-1].error.transient:
-            return seen[-1].error
-        return None
+        watch = self._failures.get(task)
+        latest = watch.latest if watch is not None else None
+        return latest.error if latest is not None and latest.refused else None
 
     def _outcome_at(
         self,
@@ -315,9 +314,12 @@ class Fetcher:
         stale copy to wait for; None to keep waiting."""
         if future.done():
             try:
-                return future.result()
+                result = future.result()
             except Exception as exc:  # the load's own traceback, not other callers' (_Raised)
                 return _Raised(exc, exc.__traceback__)
+            if is_stale(result):  # counted per mount served, announced once per load
+                self._stale.count_served()
+            return result
         return self._refusal(task) if stale is None else None
 
     def _gave_up(
@@ -331,11 +333,13 @@ class Fetcher:
     ) -> _Outcome:
         """What a caller answers for `ref` at its last stop: the stale copy, or a deadline
         error naming the load's last failed attempt."""
-        seen = self._failures.get(task)
-        last = f"; last attempt: {seen[-1].error}" if seen else ""
+        watch = self._failures.get(task)
+        latest = watch.latest if watch is not None else None
+        last = f"; last attempt: {latest.error}" if latest is not None else ""
         if stale is not None:
             key = (identity.key, ref)
-            self._stale.served(plan.backend, identity.subject, key, task, f"no answer yet{last}")
+            self._stale.count_served()
+            self._stale.announce(plan.backend, identity.subject, key, task, f"no answer yet{last}")
             return stale
         return DeadlineExceeded(
             f"the {plan.backend} store did not answer within this mount's deadline "
@@ -366,7 +370,10 @@ class Fetcher:
         rate = self._rates.get(plan.backend)
         task = asyncio.current_task()
         if task is not None:
-            self._failures[task] = watch_failures()
+            load = task
+            self._failures[task] = watch_failures(
+                lambda error: self._serve_refused(plan, identity, mine, load, error)
+            )
         try:
             # The store calls are cut by BackendEnv.retry; this also bounds the wait for a
             # fetch slot, so nothing outlives the load's budget.
@@ -393,7 +400,7 @@ class Fetcher:
             return
         finally:
             if task is not None:
-                self._failures.pop(task, None)
+                self._failures.pop(task).close()
             for ref, future in mine.items():
                 key = (identity.key, ref)
                 held = self._inflight.get(key)
@@ -405,23 +412,43 @@ class Fetcher:
             result = fetched.get(ref)
             if result is None:
                 result = BridgeError(f"the {plan.backend} backend returned no value")
-            future.set_result(self._keep_or_stale(plan, identity, ref, result))
+            key = (identity.key, ref)
+            if not isinstance(result, BridgeError):
+                if self._ttl > 0:
+                    self._cache.put(key, result, self._ttl)
+                self._stale.keep(key, result)
+            if not future.done():  # else answered with its stale copy when the store refused
+                future.set_result(self._or_stale(plan, identity, key, result))
 
-    def _keep_or_stale(
-        self, plan: AnyPlan, identity: Identity, ref: Hashable, result: Fetched
-    ) -> Fetched:
-        key = (identity.key, ref)
-        if not isinstance(result, BridgeError):
-            if self._ttl > 0:
-                self._cache.put(key, result, self._ttl)
-            self._stale.keep(key, result)
-            return result
-        if result.transient or isinstance(result, DeadlineExceeded):
+    def _or_stale(self, plan: AnyPlan, identity: Identity, key: Key, result: Fetched) -> Fetched:
+        """A load's outcome for `key`, or its stale copy if the store failed transiently."""
+        if isinstance(result, BridgeError) and (
+            result.transient or isinstance(result, DeadlineExceeded)
+        ):
             stale = self._stale.get(key)
             if stale is not None:
-                self._stale.served(plan.backend, identity.subject, key, None, str(result))
+                self._stale.announce(plan.backend, identity.subject, key, None, str(result))
                 return stale
         return result
+
+    def _serve_refused(
+        self,
+        plan: AnyPlan,
+        identity: Identity,
+        mine: Mapping[Hashable, asyncio.Future[Fetched]],
+        load: asyncio.Task[None],
+        error: BridgeError,
+    ) -> None:
+        """The store refused one of `load`'s attempts (it is down, not slow): each ref with a
+        stale copy is answered with it now — the mounts waiting on it and those joining the
+        load later — while the load goes on retrying, to refresh the copy and the cache. A
+        mount that joined before the refusal would otherwise wait out --serve-stale-wait."""
+        for ref, future in mine.items():
+            key = (identity.key, ref)
+            held = None if future.done() else self._stale.get(key)
+            if held is not None:
+                self._stale.announce(plan.backend, identity.subject, key, load, str(error))
+                future.set_result(held)
 
     @staticmethod
     def _fail(mine: Mapping[Hashable, asyncio.Future[Fetched]], exc: BaseException) -> None:

@@ -2,7 +2,7 @@
 (identity, object), for when its store fails.
 
 When the store fails transiently (down, hanging, throttled past our retries) — or has not
-answered within `--serve-stale-wait`, or the read's latest attempt was refused (a store that is
+answered within `--serve-stale-wait`, or refused one of the read's attempts (a store that is
 down is not waited for) — the fetcher serves the last good value of the same identity and
 object if it is younger than the limit, logged and counted, while the one load per key keeps
 refreshing it. It never applies to denials or missing objects, and never bypasses the identity
@@ -27,6 +27,11 @@ Key = tuple[str, Hashable]
 
 # The fetcher's logger: operators grep its lines as the fetcher's since serve-stale began.
 log = logging.getLogger("secrets_bridge.fetching")
+
+
+def is_stale(result: object) -> bool:
+    """Whether a fetch outcome is a stale copy (copies are held marked)."""
+    return isinstance(result, list) and bool(result) and result[0].source == "stale"
 
 
 def values_size(values: Sequence[SecretValue]) -> int:
@@ -78,11 +83,14 @@ class LastGood:
         """Whether every one of `keys` has a copy to serve."""
         return self.max_age > 0 and all(self._copies.get(key) is not None for key in keys)
 
-    def served(
+    def count_served(self) -> None:
+        """Count a mount answered with a stale copy (once per object it was served)."""
+        self._metrics.cache_events.labels("stale", "served").inc()
+
+    def announce(
         self, backend: str, subject: str, key: Key, load: asyncio.Task[None] | None, why: str
     ) -> None:
-        """Count a stale answer, and log it once per load (every answer without one)."""
-        self._metrics.cache_events.labels("stale", "served").inc()
+        """Log that `key` is being answered stale: once per load (each time without one)."""
         if load is not None:
             if (key, load) in self._announced:
                 return

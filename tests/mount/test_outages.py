@@ -233,28 +233,56 @@ async def test_refused_is_still_served_stale_at_once(caplog: pytest.LogCaptureFi
     assert any(r.levelno == logging.WARNING for r in caplog.records)
 
 
-async def test_a_mount_joining_a_refused_load_is_served_stale_without_waiting(
+async def test_a_refusal_answers_the_mounts_waiting_and_joining_with_their_stale_copies(
     caplog: pytest.LogCaptureFixture, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    # The store went down (it refuses; the load keeps retrying): a mount arriving after the
-    # refusal gets its stale copy now rather than after --serve-stale-wait, and the load goes
-    # on refreshing for everyone. Retries 0.5 s apart (the backoff is random): the load
-    # outlives the stale wait.
+    # The store went down (it refuses; the load keeps retrying): the mount that started the load
+    # before any refusal, and a mount joining after it, both get their stale copy at the
+    # refusal rather than after --serve-stale-wait, and the load goes on refreshing for
+    # everyone. Retries 0.5 s apart (the backoff is random): the load outlives the stale wait.
     monkeypatch.setattr(retrying, "_BACKOFF", wait_fixed(0.5))
-    fetcher, store, metrics = rig(serve_stale_max_age=60, serve_stale_wait=1)
+    fetcher, store, metrics = rig(serve_stale_max_age=60, serve_stale_wait=2)
     await fetcher.fetch(store, PLAN, who(), ["r"], fetch_ctx(5))
     store.refusing = True
-    first = asyncio.create_task(fetcher.fetch(store, PLAN, who(), ["r"], fetch_ctx(5)))
-    await asyncio.sleep(0.1)
+    calls = store.calls
     start = time.monotonic()
-    result = await fetcher.fetch(store, PLAN, who(), ["r"], fetch_ctx(5))
-    assert time.monotonic() - start < 0.1
-    assert result["r"][0].content == b"v1"  # type: ignore[index]
-    # The first mount joined before any refusal: it waited --serve-stale-wait, as before.
-    assert (await first)["r"][0].content == b"v1"  # type: ignore[index]
-    assert time.monotonic() - start >= 0.8
-    assert metrics.cache_events.labels("stale", "served")._value.get() == 2
+    first = await fetcher.fetch(store, PLAN, who(), ["r"], fetch_ctx(5))
+    assert time.monotonic() - start < 0.2  # not the 2 s stale wait
+    assert first["r"][0].content == b"v1"  # type: ignore[index]
+    assert first["r"][0].source == "stale"  # type: ignore[index]
+    await asyncio.sleep(0.1)
+    joined = time.monotonic()
+    late = await fetcher.fetch(store, PLAN, who(), ["r"], fetch_ctx(5))
+    assert time.monotonic() - joined < 0.1
+    assert late["r"][0].content == b"v1"  # type: ignore[index]
+    assert store.calls == calls + 1  # the late mount joined the load: no read of its own
+    assert metrics.cache_events.labels("stale", "served")._value.get() == 2  # per mount
+    assert metrics.cache_events.labels("values", "coalesced")._value.get() == 1
     assert sum("serving the last good value" in r.getMessage() for r in caplog.records) == 1
+    # The load retries on: once the store answers, the next mount is served the new value.
+    store.refusing, store.value = False, b"v2"
+    await asyncio.sleep(0.6)
+    assert store.calls == calls + 2
+    again = await fetcher.fetch(store, PLAN, who(), ["r"], fetch_ctx(5))
+    assert again["r"][0].content == b"v2"  # type: ignore[index]
+    await fetcher.close()
+
+
+async def test_a_refusal_answers_only_the_objects_with_stale_copies(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # Half of the mount's objects were read before (stale copies), half never: the store's
+    # refusal settles the first half at once, the others get the refusal at a third of the
+    # mount's deadline, as without serve-stale.
+    monkeypatch.setattr(retrying, "_BACKOFF", wait_fixed(0.1))
+    fetcher, store, _ = rig(serve_stale_max_age=60, serve_stale_wait=2)
+    await fetcher.fetch(store, PLAN, who(), ["r0", "r1"], fetch_ctx(5))
+    store.refusing = True
+    start = time.monotonic()
+    result = await fetcher.fetch(store, PLAN, who(), ["r0", "r1", "r2", "r3"], fetch_ctx(1.5))
+    assert 0.45 <= time.monotonic() - start < 0.9
+    assert [result[r][0].content for r in ("r0", "r1")] == [b"v1", b"v1"]  # type: ignore[index]
+    assert all(isinstance(result[r], StoreUnavailable) for r in ("r2", "r3"))
     await fetcher.close()
 
 
