@@ -1,50 +1,33 @@
-"""Fetching through the value cache, with single-flight per (identity key, ref).
+"""Fetching a mount's values: through the value cache, else from the shared store reads
+(provider/mount/loads.py), waiting for them no longer than the mount's own deadline.
 
-Two mounts of the same class by the same identity that arrive together share one store read,
-whether or not the value cache (`--cache-ttl`) is on. Only successful values are kept; errors are
-shared with the callers already waiting, never cached.
-
-A shared read (a "load") runs as its own task on the provider's own budget (`load_budget`, the
-kubelet's two minutes; retries within a third of it), not on the budget of the mount that
-started it: every caller waits for it at most until its *own* deadline, so a mount that joined
-late is never failed because the first one ran out of time, and the driver's re-sends of a
-failed mount join the read in flight instead of starting a retry series each
-(docs/architecture.md). When neither cache is on, the last caller to give up cancels the load
-(nobody could use its result); otherwise it finishes in the background and refreshes the
-caches.
-
-Serve-stale (`--serve-stale-max-age`, provider/mount/stale.py): when the store fails
-transiently or has not answered within `--serve-stale-wait`, a mount is served the last good
-value of the same identity and object, while the one load per key keeps refreshing it. When the
-store refuses (it is down, not slow), the load settles every ref with a copy at that attempt:
-the mounts waiting on it, and those joining it later, are answered then, not after the wait.
-
-Each backend has at most `--max-concurrent-fetches` fetch calls in flight, one namespace at most
-`--max-concurrent-fetches-per-namespace` of them, and optionally at most `--rate-limit` calls per
-second: a rollout of thousands of pods queues here instead of hammering the store, and one
-namespace's hanging store cannot hold the slots every other namespace needs (issue 20). The
-value and stale caches evict by namespace share (provider/core/caching.py).
+A cached mount takes its values in one pass (`cached`). The others join (or start) the one load
+per (identity key, ref) and wait here — in one frame per mount, since an outage holds every
+mount of its first seconds waiting at once — until the load answers, or until what this mount
+answers instead: its stale copy after `--serve-stale-wait` for a silent store (at once when the
+store refuses: the load settles it), the store's refusal at a third of its deadline, else a
+deadline error at its own deadline. A load that ran out of time is not this mount's verdict
+while it has time left: it starts (or joins) a fresh one. The value and stale caches evict by
+namespace share (provider/core/caching.py).
 """
 
 from __future__ import annotations
 
 import asyncio
-import logging
 import time
 from collections.abc import Hashable, Mapping, Sequence
 from dataclasses import dataclass
 from types import TracebackType
 
 from provider.core import waiting
-from provider.core.backend import AnyBackend, FailureWatch, watch_failures
+from provider.core.backend import AnyBackend
 from provider.core.caching import ExpiringCache
 from provider.core.errors import BridgeError, DeadlineExceeded
 from provider.core.limits import FetchSlots, RateLimiter, namespace_of
 from provider.core.metrics import Metrics
 from provider.core.model import AnyPlan, FetchContext, Fetched, Identity, SecretValue, Source
-from provider.mount.stale import Key, LastGood, is_stale, values_size
-
-log = logging.getLogger("secrets_bridge.fetching")
+from provider.mount.loads import Joined, Loads
+from provider.mount.stale import LastGood, is_stale, values_size
 
 #: The provider's own budget for a shared load: the kubelet's NodePublish deadline.
 LOAD_BUDGET = 120.0
@@ -73,7 +56,6 @@ class _Raised:
 
 
 _Outcome = Fetched | _Raised
-_Joined = dict[Hashable, tuple["asyncio.Future[Fetched]", "asyncio.Task[None]"]]
 
 
 def _ran_out(outcome: _Outcome) -> bool:
@@ -97,9 +79,6 @@ class Fetcher:
         load_budget: float = LOAD_BUDGET,
     ) -> None:
         self._ttl = cache_ttl
-        self._load_budget = load_budget
-        #: Whether a load's result is worth finishing after every caller left.
-        self._keep = cache_ttl > 0 or serve_stale_max_age > 0
         self._metrics = metrics
         self._count = metrics.cache_counter("values")
         self._cache: ExpiringCache[Sequence[SecretValue]] = ExpiringCache(
@@ -116,13 +95,15 @@ class Fetcher:
             max_entries=max_entries,
             max_bytes=max_bytes,
         )
-        self._inflight: dict[Key, tuple[asyncio.Future[Fetched], asyncio.Task[None]]] = {}
-        #: Callers still waiting on each load.
-        self._waiters: dict[asyncio.Task[None], int] = {}
-        #: The failed store calls of each load still running.
-        self._failures: dict[asyncio.Task[None], FailureWatch] = {}
-        self._slots = FetchSlots(max_concurrent_fetches, max_concurrent_fetches_per_namespace)
-        self._rates = {name: RateLimiter(rate) for name, rate in (rate_limits or {}).items()}
+        self._loads = Loads(
+            cache=self._cache,
+            cache_ttl=cache_ttl,
+            stale=self._stale,
+            count=self._count,
+            slots=FetchSlots(max_concurrent_fetches, max_concurrent_fetches_per_namespace),
+            rates={name: RateLimiter(rate) for name, rate in (rate_limits or {}).items()},
+            load_budget=load_budget,
+        )
 
     @property
     def metrics(self) -> Metrics:
@@ -163,12 +144,12 @@ class Fetcher:
                 break
             # Entered and left here rather than in a coroutine of its own: every mount of an
             # outage waits in this frame (see `_outcomes`).
-            loads = self._enter(joined)
+            loads = self._loads.enter(joined)
             try:
                 outcomes = await self._outcomes(plan, identity, joined, ctx)
             finally:
                 for task in loads:
-                    self._leave(task)
+                    self._loads.leave(task)
             todo = []
             for ref, outcome in outcomes.items():
                 # A shared load that ran out of time is not this caller's verdict while it
@@ -197,50 +178,25 @@ class Fetcher:
         ctx: FetchContext,
         results: dict[Hashable, Fetched],
         sources: dict[Hashable, Source] | None = None,
-    ) -> _Joined:
+    ) -> Joined:
         """Cache hits into `results`; for the rest, the load each joins (or starts)."""
-        joined: _Joined = {}
-        mine: dict[Hashable, asyncio.Future[Fetched]] = {}
+        left: list[Hashable] = []
         hits = 0
         for ref in refs:
-            key = (identity.key, ref)
-            cached = self._cache.get(key) if self._ttl > 0 else None
-            if cached is not None:
-                hits += 1
-                results[ref] = cached
-                if sources is not None:
-                    sources[ref] = "cache"
-            elif key in self._inflight:
-                self._count("coalesced")
-                joined[ref] = self._inflight[key]
-                if sources is not None:
-                    sources[ref] = "coalesced"
-            else:
-                if sources is not None:
-                    sources.pop(ref, None)  # a fresh load after a shared one ran out
-                if self._ttl > 0:  # without --cache-ttl there is no value cache to miss
-                    self._count("miss")
-                mine[ref] = asyncio.get_running_loop().create_future()
+            cached = self._cache.get((identity.key, ref)) if self._ttl > 0 else None
+            if cached is None:
+                left.append(ref)
+                continue
+            hits += 1
+            results[ref] = cached
+            if sources is not None:
+                sources[ref] = "cache"
         if hits:  # counted once per mount, not once per object: this is every cached mount
             self._count("hit", hits)
-        if mine:
-            now = time.monotonic()
-            budget = max(ctx.deadline - now, self._load_budget)
-            own = FetchContext(deadline=now + budget, retry_deadline=now + budget / 3)
-            task = asyncio.create_task(self._load(backend, plan, identity, mine, own))
-            for ref, future in mine.items():
-                joined[ref] = self._inflight[(identity.key, ref)] = (future, task)
-        return joined
-
-    def _enter(self, joined: _Joined) -> set[asyncio.Task[None]]:
-        """Count this caller as waiting on each load it joined (see `_leave`)."""
-        loads = {task for _future, task in joined.values()}
-        for task in loads:
-            self._waiters[task] = self._waiters.get(task, 0) + 1
-        return loads
+        return self._loads.join(backend, plan, identity, left, ctx, sources) if left else {}
 
     async def _outcomes(
-        self, plan: AnyPlan, identity: Identity, joined: _Joined, ctx: FetchContext
+        self, plan: AnyPlan, identity: Identity, joined: Joined, ctx: FetchContext
     ) -> dict[Hashable, _Outcome]:
         """Each ref's load outcome, or what this caller answers for it when it cannot wait
         longer: the stale copy after --serve-stale-wait, else a deadline error at its own
@@ -298,12 +254,6 @@ class Fetcher:
         assert len(settled) == len(joined)  # each ref's last stop settles it
         return dict(zip(joined, settled, strict=True))
 
-    def _refusal(self, task: asyncio.Task[None]) -> BridgeError | None:
-        """The error of this load's latest failed attempt if it was a refusal (not silence)."""
-        watch = self._failures.get(task)
-        latest = watch.latest if watch is not None else None
-        return latest.error if latest is not None and latest.refused else None
-
     def _outcome_at(
         self,
         stale: Sequence[SecretValue] | None,
@@ -320,7 +270,7 @@ class Fetcher:
             if is_stale(result):  # counted per mount served, announced once per load
                 self._stale.count_served()
             return result
-        return self._refusal(task) if stale is None else None
+        return self._loads.refusal(task) if stale is None else None
 
     def _gave_up(
         self,
@@ -333,8 +283,7 @@ class Fetcher:
     ) -> _Outcome:
         """What a caller answers for `ref` at its last stop: the stale copy, or a deadline
         error naming the load's last failed attempt."""
-        watch = self._failures.get(task)
-        latest = watch.latest if watch is not None else None
+        latest = self._loads.latest_failure(task)
         last = f"; last attempt: {latest.error}" if latest is not None else ""
         if stale is not None:
             key = (identity.key, ref)
@@ -346,123 +295,9 @@ class Fetcher:
             f"({time.monotonic() - start:.1f}s of waiting; still trying){last}"
         )
 
-    def _leave(self, task: asyncio.Task[None]) -> None:
-        self._waiters[task] -= 1
-        if self._waiters[task]:
-            return
-        del self._waiters[task]
-        if not task.done() and not self._keep:
-            task.cancel()
-            # Forget it now, so a caller arriving before the cancellation lands starts a
-            # fresh read instead of joining a dying one.
-            for key in [k for k, (_f, t) in self._inflight.items() if t is task]:
-                del self._inflight[key]
-
-    async def _load(
-        self,
-        backend: AnyBackend,
-        plan: AnyPlan,
-        identity: Identity,
-        mine: Mapping[Hashable, asyncio.Future[Fetched]],
-        ctx: FetchContext,
-    ) -> None:
-        """Fetch and settle every future of `mine`; never raises (callers get the outcome)."""
-        rate = self._rates.get(plan.backend)
-        task = asyncio.current_task()
-        if task is not None:
-            load = task
-            self._failures[task] = watch_failures(
-                lambda error: self._serve_refused(plan, identity, mine, load, error)
-            )
-        try:
-            # The store calls are cut by BackendEnv.retry; this also bounds the wait for a
-            # fetch slot, so nothing outlives the load's budget.
-            async with asyncio.timeout(ctx.deadline - time.monotonic()):
-                async with self._slots.hold(plan.backend, namespace_of(identity.key)):
-                    if rate is not None:
-                        await rate.acquire()
-                    fetched = await backend.fetch(plan, identity, list(mine), ctx)
-        except TimeoutError:
-            error = DeadlineExceeded(
-                f"the {plan.backend} store did not answer within {self._load_budget:.0f}s"
-            )
-            fetched = {ref: error for ref in mine}
-        except BridgeError as exc:
-            if not exc.transient or not self._stale.holds_all((identity.key, r) for r in mine):
-                self._fail(mine, exc)
-                return
-            fetched = {ref: exc for ref in mine}
-        except asyncio.CancelledError:
-            self._fail(mine, DeadlineExceeded("every caller gave up before the store answered"))
-            raise
-        except Exception as exc:  # settled into the futures; the server logs it as INTERNAL
-            self._fail(mine, exc)
-            return
-        finally:
-            if task is not None:
-                self._failures.pop(task).close()
-            for ref, future in mine.items():
-                key = (identity.key, ref)
-                held = self._inflight.get(key)
-                if held is not None and held[0] is future:  # not a newer load's entry
-                    del self._inflight[key]
-                if task is not None:
-                    self._stale.load_ended(key, task)
-        for ref, future in mine.items():
-            result = fetched.get(ref)
-            if result is None:
-                result = BridgeError(f"the {plan.backend} backend returned no value")
-            key = (identity.key, ref)
-            if not isinstance(result, BridgeError):
-                if self._ttl > 0:
-                    self._cache.put(key, result, self._ttl)
-                self._stale.keep(key, result)
-            if not future.done():  # else answered with its stale copy when the store refused
-                future.set_result(self._or_stale(plan, identity, key, result))
-
-    def _or_stale(self, plan: AnyPlan, identity: Identity, key: Key, result: Fetched) -> Fetched:
-        """A load's outcome for `key`, or its stale copy if the store failed transiently."""
-        if isinstance(result, BridgeError) and (
-            result.transient or isinstance(result, DeadlineExceeded)
-        ):
-            stale = self._stale.get(key)
-            if stale is not None:
-                self._stale.announce(plan.backend, identity.subject, key, None, str(result))
-                return stale
-        return result
-
-    def _serve_refused(
-        self,
-        plan: AnyPlan,
-        identity: Identity,
-        mine: Mapping[Hashable, asyncio.Future[Fetched]],
-        load: asyncio.Task[None],
-        error: BridgeError,
-    ) -> None:
-        """The store refused one of `load`'s attempts (it is down, not slow): each ref with a
-        stale copy is answered with it now — the mounts waiting on it and those joining the
-        load later — while the load goes on retrying, to refresh the copy and the cache. A
-        mount that joined before the refusal would otherwise wait out --serve-stale-wait."""
-        for ref, future in mine.items():
-            key = (identity.key, ref)
-            held = None if future.done() else self._stale.get(key)
-            if held is not None:
-                self._stale.announce(plan.backend, identity.subject, key, load, str(error))
-                future.set_result(held)
-
-    @staticmethod
-    def _fail(mine: Mapping[Hashable, asyncio.Future[Fetched]], exc: BaseException) -> None:
-        for future in mine.values():
-            if not future.done():
-                future.set_exception(exc)
-                future.exception()  # retrieved: the waiters re-raise it themselves
-
     async def close(self) -> None:
         """Cancel the loads still running (shutdown): nobody is left to use their results."""
-        loads = {task for _future, task in self._inflight.values()}
-        for task in loads:
-            task.cancel()
-        await asyncio.gather(*loads, return_exceptions=True)
+        await self._loads.close()
 
 
 def _settle(sources: dict[Hashable, Source], results: Mapping[Hashable, Fetched]) -> None:

@@ -74,9 +74,12 @@ async def test_slots_of_namespaces_that_come_and_go_are_forgotten() -> None:
 
 async def test_large_values_of_b_do_not_evict_as_values_or_stale_copies() -> None:
     fetcher, store, _ = rig(
-        max_entries=1000, max_bytes=256 * 1024, serve_stale_max_age=600, serve_stale_wait=0.2
+        cache_ttl=60,
+        max_entries=1000,
+        max_bytes=256 * 1024,
+        serve_stale_max_age=600,
+        serve_stale_wait=0.2,
     )
-    fetcher._ttl = 60  # the value cache on, as with --cache-ttl 60
     for ref in ("a1", "a2", "a3"):
         await fetcher.fetch(store, PLAN, who("a"), [ref], fetch_ctx(5))
     calls = store.calls
@@ -90,7 +93,8 @@ async def test_large_values_of_b_do_not_evict_as_values_or_stale_copies() -> Non
     assert {r[0].content for r in results.values()} == {b"v1"}  # type: ignore[index]
     assert store.calls == calls + 200
     # ...and so are its stale copies: with the cache expired and the store hanging, A is served.
-    fetcher._cache = ExpiringCache()
+    for ref in ("a1", "a2", "a3"):
+        fetcher._cache.invalidate((who("a").key, ref))
     store.hanging = True
     results = await fetcher.fetch(store, PLAN, who("a"), ["a1", "a2", "a3"], fetch_ctx(5))
     assert {r[0].content for r in results.values()} == {b"v1"}  # type: ignore[index]

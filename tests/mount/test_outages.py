@@ -99,7 +99,8 @@ def rig(**fetcher: Any) -> tuple[Fetcher, HangingStore, Metrics]:
     timeout = fetcher.pop("store_call_timeout", 0.3)
     store = HangingStore(make_env("hang", NO_OPTIONS, store_call_timeout=timeout))
     metrics = Metrics()
-    return Fetcher(cache_ttl=0, metrics=metrics, **fetcher), store, metrics
+    fetcher.setdefault("cache_ttl", 0)
+    return Fetcher(metrics=metrics, **fetcher), store, metrics
 
 
 async def test_a_hung_call_is_unavailable_after_the_store_call_timeout() -> None:
