@@ -23,7 +23,7 @@ from devkit.ports import free_port
 from devkit.tokens import SigningKey
 from protos import provider_pb2
 from provider.cli.bench import load
-from provider.cli.bench.command import floor
+from provider.cli.bench.servers import floor
 from provider.cli.bench.summary import soak_summary
 from provider.cli.main import main
 
@@ -239,3 +239,4 @@ async def test_the_floor_serves_on_either_loop(tmp_path: Path, loop: str) -> Non
             mount = channel.unary_unary(load.MOUNT)
             reply = await mount(provider_pb2.MountRequest().SerializeToString(), timeout=5)
     assert provider_pb2.MountResponse.FromString(reply).files[0].contents == b"captured"
+

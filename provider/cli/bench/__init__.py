@@ -52,7 +52,7 @@ def run(args: argparse.Namespace) -> int:
 
 
 async def wait_ready(socket: str, proc: object, limit: float = 30) -> float:
-    from provider.cli.bench.command import wait_ready as waiting
+    from provider.cli.bench.servers import wait_ready as waiting
 
     return await waiting(socket, proc, limit)  # type: ignore[arg-type]
 
