@@ -24,6 +24,7 @@ from devkit.tokens import SigningKey
 from protos import provider_pb2
 from provider.cli.bench import load
 from provider.cli.bench.servers import floor
+from provider.cli.bench.stats import Usage
 from provider.cli.bench.summary import soak_summary
 from provider.cli.main import main
 
@@ -240,3 +241,18 @@ async def test_the_floor_serves_on_either_loop(tmp_path: Path, loop: str) -> Non
             reply = await mount(provider_pb2.MountRequest().SerializeToString(), timeout=5)
     assert provider_pb2.MountResponse.FromString(reply).files[0].contents == b"captured"
 
+
+def test_the_soak_baseline_is_not_taken_in_an_outage() -> None:
+    """Growth after the first minute is measured from the first sample after it, unless an
+    outage has begun by then: a sample in it reads a dip in open files and the mounts in flight."""
+
+    def usage(rss: float, fds: int) -> Usage:
+        return Usage(cpu_seconds=0.0, rss_mib=rss, open_fds=fds, threads=8)
+
+    samples = [(50.0, usage(60, 27)), (60.5, usage(63, 22)), (70.0, usage(61, 27))]
+    mount: dict[str, Any] = {"error_times": []}
+    in_outage = soak_summary(samples, [(60.0, 65.0)], mount, timeout=1.0)
+    assert in_outage["fds_growth_after_1min"] == 0.0  # from 27 at 50 s, not 22 in the outage
+    assert in_outage["rss_growth_after_1min"] == pytest.approx(63 / 60 - 1)
+    later = soak_summary(samples, [(100.0, 105.0)], mount, timeout=1.0)
+    assert later["fds_growth_after_1min"] == pytest.approx(27 / 22 - 1)  # the 60.5 s sample

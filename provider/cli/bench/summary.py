@@ -4,6 +4,7 @@ fell against the store's outages."""
 
 from __future__ import annotations
 
+import math
 from typing import Any
 
 from hdrh.histogram import HdrHistogram  # type: ignore[import-untyped]
@@ -75,16 +76,25 @@ def soak_summary(
         ],
         "outages": [(round(a, 1), round(b, 1)) for a, b in outages],
     }
+
+    def during(t: float) -> bool:  # an outage, or a mount deadline after it
+        return any(a <= t <= b + timeout for a, b in outages)
+
+    # The baseline is the first sample after the first minute, unless an outage has begun by
+    # then (a kill may land at 60 s): then the last one before it. A sample taken in an outage
+    # reads its dip in open files and its mounts in flight, not the steady state.
+    first_outage = min((a for a, _ in outages), default=math.inf)
+    before = [u for t, u in samples if t < first_outage]
+    baseline = next((u for t, u in samples if 60 <= t < first_outage), None)
+    if baseline is None and before:
+        baseline = before[-1]
     settled = [u for t, u in samples if t >= 60]
-    if len(settled) >= 2:
-        first = settled[0]
-        out["rss_growth_after_1min"] = max(u.rss_mib for u in settled) / first.rss_mib - 1
-        if first.open_fds > 0:
-            out["fds_growth_after_1min"] = max(u.open_fds for u in settled) / first.open_fds - 1
+    if len(settled) >= 2 and baseline is not None:
+        out["rss_growth_after_1min"] = max(u.rss_mib for u in settled) / baseline.rss_mib - 1
+        if baseline.open_fds > 0:
+            out["fds_growth_after_1min"] = max(u.open_fds for u in settled) / baseline.open_fds - 1
     if outages:
-        inside = sum(
-            1 for t, _ in mount["error_times"] if any(a <= t <= b + timeout for a, b in outages)
-        )
+        inside = sum(1 for t, _ in mount["error_times"] if during(t))
         out["errors_during_outages"] = inside
         out["errors_outside_outages"] = len(mount["error_times"]) - inside
     return out
