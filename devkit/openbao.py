@@ -159,7 +159,7 @@ class OpenBao(Admin):
         left out by default, so counts show the clients' traffic. Paths in an OpenBao namespace
         are prefixed with it."""
         counts: Counter[tuple[str, str]] = Counter()
-        root = self._root_token_hash() if exclude_root else None
+        root = self.root_token_hash() if exclude_root else None
         for entry in self.audit_entries():
             if (entry.get("auth") or {}).get("client_token") == root:
                 continue
@@ -170,8 +170,9 @@ class OpenBao(Admin):
             counts[(request.get("operation", ""), path)] += 1
         return counts
 
-    def _root_token_hash(self) -> str:
-        """The root token as the audit log shows it (HMAC'd with the device's salt)."""
+    def root_token_hash(self) -> str:
+        """The root token as the audit log shows it (HMAC'd with the device's salt); asked of
+        the server once, so a killed server's log can still be counted."""
         if not self._root_hash:
             reply = self.root().write(f"sys/audit-hash/{AUDIT_DEVICE}", input=ROOT_TOKEN)
             self._root_hash = str(reply["data"]["hash"])
