@@ -18,9 +18,9 @@ from typing import Any
 
 
 async def all_done(tasks: Collection[asyncio.Future[Any]], seconds: float) -> None:
-    """Return once every one of `tasks` is done, or after `seconds`, whichever comes
-    first. The tasks are never cancelled (other callers share them); a cancellation of the
-    caller ends only its own wait."""
+    """Return once every one of `tasks` (tasks, or any futures) is done, or after `seconds`,
+    whichever comes first. The tasks are never cancelled (other callers share them); a
+    cancellation of the caller ends only its own wait."""
     left = sum(1 for task in tasks if not task.done())
     if not left or seconds <= 0:
         return
