@@ -24,6 +24,7 @@ import grpc
 
 from provider.cli.bench import load, targets
 from provider.core.errors import InvalidParameters
+from provider.edge.server import dial
 
 
 def _devkit() -> Any:
@@ -125,16 +126,6 @@ def _rig_tokens(rig: Any) -> targets.TokenSource:
     return lambda namespace, pod, account: rig.tokens(account)
 
 
-def _channel(socket: str) -> grpc.aio.Channel:
-    return grpc.aio.insecure_channel(
-        f"unix://{socket}",
-        options=[
-            ("grpc.default_authority", "localhost"),
-            ("grpc.max_receive_message_length", 64 * 1024 * 1024),
-        ],
-    )
-
-
 async def wait_ready(socket: str, proc: subprocess.Popen[bytes], limit: float = 30) -> float:
     """Seconds until a Version call on `socket` answers (the process must stay up)."""
     start = time.monotonic()
@@ -142,7 +133,7 @@ async def wait_ready(socket: str, proc: subprocess.Popen[bytes], limit: float = 
         if proc.poll() is not None:
             raise RuntimeError(f"the server exited with {proc.returncode} before it was ready")
         if os.path.exists(socket):  # noqa: ASYNC240 - a stat on a local socket path
-            async with _channel(socket) as channel:
+            async with dial(socket) as channel:
                 version = channel.unary_unary(load.VERSION)
                 with contextlib.suppress(grpc.aio.AioRpcError):
                     await version(b"", timeout=1)
@@ -154,7 +145,7 @@ async def wait_ready(socket: str, proc: subprocess.Popen[bytes], limit: float = 
 async def probe(socket: str, request: bytes, deadline: float) -> bytes:
     """One mount before the load: the run stops here, with the provider's message, when the
     class or the tokens are wrong."""
-    async with _channel(socket) as channel:
+    async with dial(socket) as channel:
         mount = channel.unary_unary(load.MOUNT)
         try:
             answer: bytes = await mount(request, timeout=deadline, wait_for_ready=True)
