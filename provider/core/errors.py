@@ -176,3 +176,31 @@ def known_phrases(text: str, table: Sequence[tuple[str, str]]) -> list[str]:
         if needle in lowered and phrase not in found:
             found.append(phrase)
     return found
+
+
+#: Most exceptions of one chain (cause and context) `shed_tracebacks` walks.
+_CHAIN_LIMIT = 32
+
+
+def shed_tracebacks(exc: BaseException) -> None:
+    """Drop the tracebacks of `exc` and of the exceptions it was raised from or while handling.
+
+    A failed store call's exceptions sit in reference cycles with the frames of their
+    tracebacks: aiohttp's response queue keeps the error its reader frame raised, tenacity's
+    frames keep the retry state that keeps the last error. Only the cyclic collector frees
+    such a cycle — with everything its frames point at (connections, buffers, requests) — and
+    a retry series lasts long enough for the cycle to reach the oldest generation, which is
+    collected rarely: in an outage every failed call's garbage piled up for tens of seconds.
+    Without the tracebacks the frames go as soon as the call is over. Store errors are
+    reported by their messages, never with a traceback, so nothing is lost: call this only on
+    errors that are expected (a BridgeError and what it was raised from), never on a bug's.
+    """
+    todo: list[BaseException] = [exc]
+    seen: set[int] = set()
+    while todo and len(seen) < _CHAIN_LIMIT:
+        error = todo.pop()
+        if id(error) in seen:
+            continue
+        seen.add(id(error))
+        error.__traceback__ = None
+        todo.extend(e for e in (error.__cause__, error.__context__) if e is not None)

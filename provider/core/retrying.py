@@ -14,7 +14,7 @@ from typing import TypeVar
 
 from tenacity import AsyncRetrying, RetryCallState, retry_if_exception, wait_random_exponential
 
-from provider.core.errors import BridgeError, StoreUnavailable
+from provider.core.errors import BridgeError, StoreUnavailable, shed_tracebacks
 from provider.core.model import FetchContext
 
 T = TypeVar("T")
@@ -60,9 +60,12 @@ async def retry_transient(
         return clock() + (state.upcoming_sleep or 0.0) > ctx.retry_deadline
 
     def before_sleep(state: RetryCallState) -> None:
-        if on_retry is not None and state.outcome is not None:
-            exc = state.outcome.exception()
-            if exc is not None:
+        exc = state.outcome.exception() if state.outcome is not None else None
+        if exc is not None:
+            # The failed attempt is done with: its frames need not wait for the cyclic
+            # collector (shed_tracebacks).
+            shed_tracebacks(exc)
+            if on_retry is not None:
                 on_retry(exc)
 
     retrying = AsyncRetrying(
@@ -78,4 +81,8 @@ async def retry_transient(
         # which tenacity would otherwise treat as synchronous and never retry).
         return await call()
 
-    return await retrying(attempt)
+    try:
+        return await retrying(attempt)
+    except BridgeError as exc:  # expected: reported by its message (a bug keeps its traceback)
+        shed_tracebacks(exc)
+        raise

@@ -4,9 +4,12 @@ token in any text; no aiohttp (or other library) exception escapes identify/fetc
 from __future__ import annotations
 
 import asyncio
+import gc
 import time
 from collections.abc import AsyncIterator, Hashable, Mapping
+from types import FrameType
 
+import aiohttp
 import pytest
 from aiohttp import web
 
@@ -338,3 +341,42 @@ async def test_no_library_exception_escapes(
             assert isinstance(result, BridgeError | list), repr(result)
             if isinstance(result, BridgeError):
                 no_secrets(str(result))
+
+
+async def test_a_failed_read_leaves_no_frames_for_the_cyclic_collector(
+    fake: FakeVault, backend: VaultBackend
+) -> None:
+    """A dropped connection's error sits in a cycle with its frames (aiohttp's response queue
+    keeps it; tenacity's frames keep the retry state keeping it): in an outage every failed
+    call's frames, connections and buffers waited for a full collection. The retries drop the
+    tracebacks of the errors they are done with, so those frames go with the call."""
+    fake.on(*LOGIN, login_ok())
+    fake.on(*READ, drop())
+    plan = plan_at(fake)
+    await run(backend, plan, fetch_ctx(1.5))  # the connection pool and login warmed up
+    gc.collect()
+    gc.disable()
+    gc.set_debug(gc.DEBUG_SAVEALL)
+    try:
+        _, results = await run(backend, plan, fetch_ctx(1.5))
+        error = results[plan.objects[0].ref]
+        assert isinstance(error, StoreUnavailable) and "connection to Vault" in str(error)
+        del error, results
+        gc.collect()
+        ours = [
+            item
+            for item in gc.garbage
+            if (isinstance(item, FrameType) and _client_side(item.f_code.co_filename))
+            or isinstance(item, (BridgeError, aiohttp.ClientError))
+        ]
+    finally:
+        gc.set_debug(0)
+        gc.garbage.clear()
+        gc.enable()
+    assert ours == []
+
+
+def _client_side(filename: str) -> bool:
+    """A frame of ours, of the retries, or of aiohttp's client (not the fake's server)."""
+    parts = ("/backends/", "/provider/", "/tenacity/", "/aiohttp/client")
+    return any(part in filename for part in parts)
