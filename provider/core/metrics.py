@@ -17,6 +17,7 @@ from typing import Any
 from prometheus_client import (
     CollectorRegistry,
     Counter,
+    Gauge,
     Histogram,
     Info,
     ProcessCollector,
@@ -58,6 +59,13 @@ class Metrics:
             "Store call latency",
             ["backend", "operation"],
             buckets=_LATENCY_BUCKETS,
+            registry=r,
+        )
+        #: Set to a function by the servicer: read when scraped, nothing to count per mount.
+        self.mounts_in_flight = Gauge(
+            "secrets_bridge_mounts_in_flight",
+            "Mount requests being served: parsed and not yet answered (a pile-up while a store "
+            "is down or slow)",
             registry=r,
         )
         self.cache_events = Counter(

@@ -49,6 +49,7 @@ class ProviderServicer(provider_pb2_grpc.CSIDriverProviderServicer):  # type: ig
         self._repeats = Repeats(log_repeats_every)
         #: The backstop deadline of each mount in flight.
         self._watchdog = Watchdog()
+        metrics.mounts_in_flight.set_function(self._watchdog.__len__)
         #: `--audit-log`: every answer and refusal is recorded before it is sent.
         self._audit = audit
         self._last_response: tuple[weakref.ref[MountResult], provider_pb2.MountResponse] | None = (

@@ -24,7 +24,7 @@ from devkit.tokens import SigningKey
 from protos import provider_pb2
 from provider.cli.bench import load
 from provider.cli.bench.servers import floor
-from provider.cli.bench.stats import Usage
+from provider.cli.bench.stats import Usage, parse_metrics
 from provider.cli.bench.summary import soak_summary
 from provider.cli.main import main
 
@@ -256,3 +256,33 @@ def test_the_soak_baseline_is_not_taken_in_an_outage() -> None:
     assert in_outage["rss_growth_after_1min"] == pytest.approx(63 / 60 - 1)
     later = soak_summary(samples, [(100.0, 105.0)], mount, timeout=1.0)
     assert later["fds_growth_after_1min"] == pytest.approx(27 / 22 - 1)  # the 60.5 s sample
+
+
+def test_the_soak_reports_the_most_mounts_in_flight_during_and_outside_outages() -> None:
+    """The provider's gauge at each sample, split by outage: what an outage's RSS step is."""
+    samples = [
+        (10.0, Usage(0.0, 60.0, 27, 8, in_flight=2)),
+        (61.0, Usage(0.0, 63.0, 22, 8, in_flight=75)),
+        (70.0, Usage(0.0, 62.0, 27, 8, in_flight=40)),  # within a mount deadline after it
+        (90.0, Usage(0.0, 62.0, 27, 8, in_flight=1)),
+    ]
+    summary = soak_summary(samples, [(60.0, 66.0)], {"error_times": []}, timeout=10.0)
+    assert (summary["in_flight_max_during_outages"], summary["in_flight_max_outside"]) == (75, 2)
+    assert [s["in_flight"] for s in summary["samples"]] == [2, 75, 40, 1]
+    # Without the gauge (a provider of an older version) nothing is claimed.
+    blind = soak_summary([(t, Usage(0.0, u.rss_mib)) for t, u in samples], [], {}, 10.0)
+    assert "in_flight_max_outside" not in blind
+    assert all("in_flight" not in s for s in blind["samples"])
+
+
+def test_the_gauge_is_read_from_metrics() -> None:
+    text = (
+        "# TYPE secrets_bridge_mounts_in_flight gauge\n"
+        "secrets_bridge_mounts_in_flight 7.0\n"
+        "# TYPE process_cpu_seconds_total counter\n"
+        "process_cpu_seconds_total 1.5\n"
+    )
+    scraped = parse_metrics(text)
+    assert scraped.in_flight == 7 and scraped.usage is not None
+    assert scraped.usage.in_flight == 7
+    assert parse_metrics("process_cpu_seconds_total 1.5\n").in_flight == -1

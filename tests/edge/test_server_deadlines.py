@@ -66,3 +66,25 @@ async def test_a_call_the_driver_cancelled_logs_no_traceback(
     assert await cancelled_count(provider) >= 5
     assert not errors_logged(caplog)
     assert any("driver cancelled" in r.getMessage() for r in caplog.records)
+
+
+async def in_flight(provider: Provider) -> float:
+    async with aiohttp.ClientSession() as http:
+        async with http.get(provider.health + "/metrics") as resp:
+            text = await resp.text()
+    (line,) = [ln for ln in text.splitlines() if ln.startswith("secrets_bridge_mounts_in_flight ")]
+    return float(line.rsplit(" ", 1)[1])
+
+
+@pytest.mark.parametrize("provider", [{"fake_latency": 30.0}], indirect=True)
+async def test_mounts_waiting_on_a_slow_store_show_as_in_flight(provider: Provider) -> None:
+    """The pile-up an outage causes is visible on /metrics, and gone once the mounts end."""
+    assert await in_flight(provider) == 0
+    calls = [provider.stub.Mount(mount_request(attributes(OBJECTS)), timeout=20) for _ in range(3)]
+    await asyncio.sleep(0.3)
+    assert await in_flight(provider) == 3
+    for call in calls:
+        call.cancel()
+    await asyncio.gather(*calls, return_exceptions=True)
+    await asyncio.sleep(0.3)
+    assert await in_flight(provider) == 0

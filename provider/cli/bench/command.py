@@ -14,6 +14,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import contextlib
+import dataclasses
 import sys
 import tempfile
 import time
@@ -77,6 +78,25 @@ def usage_of(pid: int | None, metrics_url: str | None) -> UsageFn:
         return None
 
     return usage
+
+
+def sample_of(pid: int | None, metrics_url: str | None) -> UsageFn:
+    """`usage_of`, with the provider's mounts in flight from its /metrics when it is local
+    (remote, `usage_of` reads them with the rest). Only the soak's sampler asks for them: the
+    phases' CPU figures are read at their edges without a scrape."""
+    usage = usage_of(pid, metrics_url)
+    if pid is None or not metrics_url:
+        return usage
+    url = metrics_url
+
+    def sample() -> stats.Usage | None:
+        found = usage()
+        if found is not None:
+            with contextlib.suppress(OSError):
+                found = dataclasses.replace(found, in_flight=stats.scrape(url).in_flight)
+        return found
+
+    return sample
 
 
 async def measure(
@@ -166,12 +186,13 @@ async def provider_phase(
     target: Target, shape: load.Shape, args: argparse.Namespace
 ) -> dict[str, Any]:
     usage = usage_of(target.pid, target.metrics_url)
+    sampled = sample_of(target.pid, target.metrics_url)
     samples: list[tuple[float, stats.Usage]] = []
     outages: list[tuple[float, float]] = []
 
     async def sample(begin: float) -> None:
         while True:
-            if (u := await asyncio.to_thread(usage)) is not None:
+            if (u := await asyncio.to_thread(sampled)) is not None:
                 samples.append((time.monotonic() - begin, u))
             await asyncio.sleep(args.sample_every)
 

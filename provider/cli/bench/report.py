@@ -88,6 +88,12 @@ def _soak_lines(soak: dict[str, Any], s: dict[str, Any]) -> list[str]:
             f"growth after the first minute: RSS {soak['rss_growth_after_1min']:+.1%}"
             + (f", open files {fd:+.1%}" if fd is not None else "")
         )
+    if "in_flight_max_outside" in soak:
+        during = soak["in_flight_max_during_outages"]
+        where = f"{during} during outages, {soak['in_flight_max_outside']} outside"
+        if not soak["outages"]:
+            where = str(soak["in_flight_max_outside"])
+        lines.append(f"mounts in flight (the provider's gauge, at each sample): at most {where}")
     if soak["outages"]:
         spans = ", ".join(f"{a:g}-{b:g} s" for a, b in soak["outages"])
         lines.append(

@@ -20,6 +20,8 @@ class Usage:
     rss_mib: float
     open_fds: int = -1
     threads: int = -1
+    #: Mounts the provider was serving (its secrets_bridge_mounts_in_flight); -1 if not read.
+    in_flight: int = -1
 
 
 def proc_usage(pid: int) -> Usage:
@@ -54,6 +56,7 @@ class Scrape:
     #: secrets_bridge_backend_calls_total by "backend operation" ("+ outcome" unless ok).
     store_calls: dict[str, float]
     mounts: dict[str, float]  # secrets_bridge_mount_requests_total by "backend code"
+    in_flight: int = -1  # secrets_bridge_mounts_in_flight
 
 
 def scrape(url: str, timeout: float = 5.0) -> Scrape:
@@ -77,16 +80,18 @@ def parse_metrics(text: str) -> Scrape:
             elif name == "secrets_bridge_mount_requests_total":
                 key = f"{labels.get('backend')} {labels.get('code')}"
                 mounts[key] = mounts.get(key, 0.0) + sample.value
-            elif name.startswith("process_"):
+            elif name.startswith("process_") or name == "secrets_bridge_mounts_in_flight":
                 values[name] = sample.value
+    in_flight = int(values.get("secrets_bridge_mounts_in_flight", -1))
     usage = None
     if "process_cpu_seconds_total" in values:
         usage = Usage(
             values["process_cpu_seconds_total"],
             values.get("process_resident_memory_bytes", 0.0) / 2**20,
             int(values.get("process_open_fds", -1)),
+            in_flight=in_flight,
         )
-    return Scrape(usage, calls, mounts)
+    return Scrape(usage, calls, mounts, in_flight)
 
 
 def delta(after: dict[str, float], before: dict[str, float]) -> dict[str, float]:

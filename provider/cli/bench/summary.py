@@ -71,6 +71,7 @@ def soak_summary(
                 "rss_mib": round(u.rss_mib, 1),
                 "fds": u.open_fds,
                 "threads": u.threads,
+                **({"in_flight": u.in_flight} if u.in_flight >= 0 else {}),
             }
             for t, u in samples
         ],
@@ -93,6 +94,11 @@ def soak_summary(
         out["rss_growth_after_1min"] = max(u.rss_mib for u in settled) / baseline.rss_mib - 1
         if baseline.open_fds > 0:
             out["fds_growth_after_1min"] = max(u.open_fds for u in settled) / baseline.open_fds - 1
+    # What an outage's step in RSS is made of: the mounts waiting while the store is down.
+    in_flight = [(t, u.in_flight) for t, u in samples if u.in_flight >= 0]
+    if in_flight:
+        out["in_flight_max_during_outages"] = max((n for t, n in in_flight if during(t)), default=0)
+        out["in_flight_max_outside"] = max((n for t, n in in_flight if not during(t)), default=0)
     if outages:
         inside = sum(1 for t, _ in mount["error_times"] if during(t))
         out["errors_during_outages"] = inside
