@@ -25,11 +25,15 @@ def errors_logged(caplog: pytest.LogCaptureFixture) -> list[str]:
     ]
 
 
-async def cancelled_count(provider: Provider) -> float:
+async def metrics_lines(provider: Provider) -> list[str]:
     async with aiohttp.ClientSession() as http:
         async with http.get(provider.health + "/metrics") as resp:
-            text = await resp.text()
-    lines = [ln for ln in text.splitlines() if 'code="CANCELLED"' in ln and "_total" in ln]
+            return (await resp.text()).splitlines()
+
+
+async def cancelled_count(provider: Provider) -> float:
+    text = await metrics_lines(provider)
+    lines = [ln for ln in text if 'code="CANCELLED"' in ln and "_total" in ln]
     return sum(float(ln.rsplit(" ", 1)[1]) for ln in lines)
 
 
@@ -69,10 +73,8 @@ async def test_a_call_the_driver_cancelled_logs_no_traceback(
 
 
 async def in_flight(provider: Provider) -> float:
-    async with aiohttp.ClientSession() as http:
-        async with http.get(provider.health + "/metrics") as resp:
-            text = await resp.text()
-    (line,) = [ln for ln in text.splitlines() if ln.startswith("secrets_bridge_mounts_in_flight ")]
+    text = await metrics_lines(provider)
+    (line,) = [ln for ln in text if ln.startswith("secrets_bridge_mounts_in_flight ")]
     return float(line.rsplit(" ", 1)[1])
 
 
