@@ -23,6 +23,7 @@ from devkit.ports import free_port
 from devkit.tokens import SigningKey
 from protos import provider_pb2
 from provider.cli.bench import load
+from provider.cli.bench.report import soak_lines
 from provider.cli.bench.servers import floor
 from provider.cli.bench.stats import Usage, parse_metrics
 from provider.cli.bench.summary import soak_summary
@@ -256,6 +257,31 @@ def test_the_soak_baseline_is_not_taken_in_an_outage() -> None:
     assert in_outage["rss_growth_after_1min"] == pytest.approx(63 / 60 - 1)
     later = soak_summary(samples, [(100.0, 105.0)], mount, timeout=1.0)
     assert later["fds_growth_after_1min"] == pytest.approx(27 / 22 - 1)  # the 60.5 s sample
+
+
+def test_the_soak_tells_drift_between_outages_from_the_mounts_an_outage_holds() -> None:
+    """The highest sample after the first minute may be taken while an outage holds mounts;
+    the growth between outages (outside each and one mount deadline after it) is what stays."""
+    samples = [
+        (60.0, Usage(0.0, 70.0, 27, 8)),  # the baseline
+        (121.0, Usage(0.0, 74.0, 27, 8)),  # in the outage: mounts held
+        (140.0, Usage(0.0, 73.0, 27, 8)),  # still within a mount deadline after it
+        (160.0, Usage(0.0, 72.1, 27, 8)),
+        (200.0, Usage(0.0, 71.4, 27, 8)),
+    ]
+    summary = soak_summary(samples, [(120.0, 126.0)], {"error_times": []}, timeout=30.0)
+    assert summary["rss_growth_after_1min"] == pytest.approx(74 / 70 - 1)
+    assert summary["rss_growth_between_outages"] == pytest.approx(72.1 / 70 - 1)
+    lines = report_lines(summary)
+    assert "RSS +5.7% at the highest, +3.0% between outages, open files +0.0%" in lines
+    # Without outages there is no "between": the one figure is the growth.
+    calm = soak_summary(samples, [], {"error_times": []}, timeout=30.0)
+    assert "rss_growth_between_outages" not in calm
+    assert "growth after the first minute: RSS +5.7%, open files +0.0%" in report_lines(calm)
+
+
+def report_lines(soak: dict[str, Any]) -> str:
+    return "\n".join(soak_lines(soak, {}))
 
 
 def test_the_soak_reports_the_most_mounts_in_flight_during_and_outside_outages() -> None:

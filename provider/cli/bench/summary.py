@@ -62,8 +62,9 @@ def soak_summary(
     mount: dict[str, Any],
     timeout: float,
 ) -> dict[str, Any]:
-    """RSS, open files and threads over the run, their growth after the first minute, and the
-    errors that came back inside an outage (up to one mount deadline after it) and outside."""
+    """RSS, open files and threads over the run, their growth after the first minute (at the
+    highest sample and, with outages, at the highest between them), and the errors that came
+    back inside an outage (up to one mount deadline after it) and outside."""
     out: dict[str, Any] = {
         "samples": [
             {
@@ -89,11 +90,20 @@ def soak_summary(
     baseline = next((u for t, u in samples if 60 <= t < first_outage), None)
     if baseline is None and before:
         baseline = before[-1]
-    settled = [u for t, u in samples if t >= 60]
+    settled = [(t, u) for t, u in samples if t >= 60]
     if len(settled) >= 2 and baseline is not None:
-        out["rss_growth_after_1min"] = max(u.rss_mib for u in settled) / baseline.rss_mib - 1
+        highest = max(u.rss_mib for _, u in settled)
+        out["rss_growth_after_1min"] = highest / baseline.rss_mib - 1
         if baseline.open_fds > 0:
-            out["fds_growth_after_1min"] = max(u.open_fds for u in settled) / baseline.open_fds - 1
+            out["fds_growth_after_1min"] = (
+                max(u.open_fds for _, u in settled) / baseline.open_fds - 1
+            )
+        # The highest sample counts the memory of the mounts an outage holds (working memory,
+        # bounded by the mounts in flight) together with drift. Between outages, only what
+        # stays: a leak grows there, outage after outage.
+        between = [u.rss_mib for t, u in settled if not during(t)]
+        if outages and between:
+            out["rss_growth_between_outages"] = max(between) / baseline.rss_mib - 1
     # What an outage's step in RSS is made of: the mounts waiting while the store is down.
     in_flight = [(t, u.in_flight) for t, u in samples if u.in_flight >= 0]
     if in_flight:
