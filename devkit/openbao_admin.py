@@ -1,21 +1,52 @@
 """The admin steps the harness takes on its OpenBao (as the root token, through hvac).
 
-Mounting auth methods and engines, policies, jwt and kubernetes roles, KV writes — each step is
-idempotent where OpenBao allows it, and takes `vault_namespace` for OpenBao namespaces ("" is the
-root namespace). hvac is synchronous: tests call it directly; async callers (the demo, the
-bench rigs) call it before or beside their own traffic, never through a proxy on their loop.
+Mounting auth methods and engines, policies, jwt and kubernetes roles, KV writes, the dynamic
+engines (database against a real PostgreSQL, `devkit.postgres`; PKI with an internal root) —
+each step is idempotent where OpenBao allows it, and takes `vault_namespace` for OpenBao
+namespaces ("" is the root namespace). hvac is synchronous: tests call it directly; async
+callers (the demo, the bench rigs) call it before or beside their own traffic, never through a
+proxy on their loop.
 """
 
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import Any
+from typing import Any, Protocol
 
 import hvac
+import hvac.exceptions
 
 from devkit import certs
 
 ROOT_TOKEN = "root"
+
+#: OpenBao's built-in PostgreSQL plugin (`sys/plugins/catalog`, type database).
+POSTGRES_PLUGIN = "postgresql-database-plugin"
+
+#: A dynamic user: it logs in until its lease's expiry, and may read the public schema.
+PG_CREATION_STATEMENTS = (
+    """CREATE ROLE "{{name}}" WITH LOGIN PASSWORD '{{password}}' VALID UNTIL '{{expiration}}';""",
+    """GRANT SELECT ON ALL TABLES IN SCHEMA public TO "{{name}}";""",
+)
+#: Revoking the lease ends the user's sessions and drops it: it is gone from pg_roles.
+PG_REVOCATION_STATEMENTS = (
+    """SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE usename = '{{name}}';""",
+    """REVOKE ALL PRIVILEGES ON ALL TABLES IN SCHEMA public FROM "{{name}}";""",
+    """DROP ROLE IF EXISTS "{{name}}";""",
+)
+
+
+class DatabaseServer(Protocol):
+    """What `configure_database` needs of a database (`devkit.postgres.PostgreSQL` is one)."""
+
+    @property
+    def connection_url(self) -> str: ...
+
+    @property
+    def admin_user(self) -> str: ...
+
+    @property
+    def admin_password(self) -> str: ...
 
 
 def read_policy(paths: Sequence[str]) -> str:
@@ -149,3 +180,115 @@ class Admin:
         )
         version: int = result["data"]["version"]
         return version
+
+    # -- dynamic secrets ---------------------------------------------------------------------
+
+    def configure_database(
+        self,
+        mount: str,
+        postgres: DatabaseServer,
+        *,
+        name: str = "pg",
+        allowed_roles: str = "*",
+        vault_namespace: str = "",
+    ) -> None:
+        """The database engine at `mount`, with connection `name` to `postgres` as its
+        superuser; OpenBao verifies it can connect before accepting the config."""
+        self.enable_engine("database", mount, vault_namespace)
+        self.root(vault_namespace).write(
+            f"{mount}/config/{name}",
+            plugin_name=POSTGRES_PLUGIN,
+            connection_url=postgres.connection_url,
+            username=postgres.admin_user,
+            password=postgres.admin_password,
+            allowed_roles=allowed_roles,
+            verify_connection=True,
+        )
+
+    def add_database_role(
+        self,
+        mount: str,
+        role: str,
+        *,
+        db: str = "pg",
+        default_ttl: str = "300s",
+        max_ttl: str = "600s",
+        vault_namespace: str = "",
+    ) -> None:
+        """A role whose creds (`<mount>/creds/<role>`) are a fresh PostgreSQL login user, dropped
+        when its lease is revoked or expires."""
+        self.root(vault_namespace).write(
+            f"{mount}/roles/{role}",
+            db_name=db,
+            creation_statements=list(PG_CREATION_STATEMENTS),
+            revocation_statements=list(PG_REVOCATION_STATEMENTS),
+            default_ttl=default_ttl,
+            max_ttl=max_ttl,
+        )
+
+    def configure_pki(
+        self,
+        mount: str,
+        *,
+        common_name: str = "secrets-bridge test CA",
+        max_ttl: str = "87600h",
+        vault_namespace: str = "",
+    ) -> None:
+        """The pki engine at `mount` (its max lease TTL tuned to `max_ttl`) with an internal EC
+        root CA, generated once: a mount that already has an issuer keeps it."""
+        self.enable_engine("pki", mount, vault_namespace)
+        client = self.root(vault_namespace)
+        client.sys.tune_mount_configuration(path=mount, max_lease_ttl=max_ttl)
+        if client.list(f"{mount}/issuers"):  # None while the mount has no issuer
+            return
+        client.write(
+            f"{mount}/root/generate/internal",
+            common_name=common_name,
+            ttl=max_ttl,
+            key_type="ec",
+            key_bits=256,
+        )
+
+    def add_pki_role(
+        self,
+        mount: str,
+        role: str,
+        *,
+        allowed_domains: Sequence[str] = ("example.test",),
+        ttl: str = "600s",
+        max_ttl: str = "600s",
+        vault_namespace: str = "",
+    ) -> None:
+        """A role issuing EC P-256 certificates (`<mount>/issue/<role>`) for the domains and
+        their subdomains."""
+        self.root(vault_namespace).write(
+            f"{mount}/roles/{role}",
+            allowed_domains=list(allowed_domains),
+            allow_subdomains=True,
+            allow_bare_domains=True,
+            key_type="ec",
+            key_bits=256,
+            ttl=ttl,
+            max_ttl=max_ttl,
+        )
+
+    def lease_lookup(self, lease_id: str, vault_namespace: str = "") -> dict[str, Any] | None:
+        """The lease's data (`id`, `expire_time`, `ttl`, `renewable`, ...) as root, or None once
+        it is revoked or expired (OpenBao answers 400 "invalid lease")."""
+        try:
+            reply = self.root(vault_namespace).write("sys/leases/lookup", lease_id=lease_id)
+        except hvac.exceptions.InvalidRequest as err:
+            if "invalid lease" in str(err):
+                return None
+            raise
+        data: dict[str, Any] = reply["data"]
+        return data
+
+    def tune_auth(
+        self, mount: str, default_ttl: str, max_ttl: str, vault_namespace: str = ""
+    ) -> None:
+        """The default and maximum TTL of the tokens the auth method at `mount` issues (a role's
+        own token_ttl still wins below the maximum)."""
+        self.root(vault_namespace).sys.tune_auth_method(
+            path=mount, default_lease_ttl=default_ttl, max_lease_ttl=max_ttl
+        )
