@@ -5,6 +5,12 @@ No emulator of Secret Manager exists, so this one speaks its real protocol with 
 library's own message types. Every call is authorised by the bearer token it carries: tokens are
 issued by the fake STS/IAM/OAuth endpoints to a principal, and secrets list the principals that
 may read them — so a test that serves one identity another's value fails at the wire.
+
+The OAuth endpoint checks a service account key's JWT-bearer assertion as Google does, wherever
+it is served (a private token endpoint forwards to Google): the grant type, `aud` exactly
+Google's token endpoint, a lifetime of at most an hour around now, a scope, and — for a key
+registered with `add_key` — the RS256 signature; each refusal is Google's `invalid_grant` (or
+`unsupported_grant_type`, `invalid_scope`) answer with status 400.
 """
 
 from __future__ import annotations
@@ -12,6 +18,7 @@ from __future__ import annotations
 import secrets
 import ssl
 import time
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -24,6 +31,16 @@ from devkit.ports import serve_app
 
 SERVICE = "google.cloud.secretmanager.v1.SecretManagerService"
 POOL = "proj.svc.id.goog"
+#: The only `aud` Google accepts in a service account key's assertion, at any token endpoint.
+GOOGLE_TOKEN_AUDIENCE = "https://oauth2.googleapis.com/token"
+JWT_BEARER = "urn:ietf:params:oauth:grant-type:jwt-bearer"
+#: Google's refusals of a JWT-bearer assertion (error_description of an `invalid_grant`).
+BAD_SIGNATURE = "Invalid JWT Signature."
+BAD_AUDIENCE = f"Invalid JWT: Failed audience check. The right audience is {GOOGLE_TOKEN_AUDIENCE}"
+BAD_TIMES = (
+    "Invalid JWT: Token must be a short-lived token (60 minutes) and in a reasonable timeframe. "
+    "Check your iat and exp values in the JWT claim."
+)
 
 
 @dataclass
@@ -51,12 +68,19 @@ class FakeGoogle:
     sts_requests: list[dict[str, str]] = field(default_factory=list)
     iam_requests: list[dict[str, Any]] = field(default_factory=list)
     oauth_requests: list[dict[str, str]] = field(default_factory=list)
+    #: The URL each OAuth request was posted to (beside `oauth_requests`).
+    oauth_urls: list[str] = field(default_factory=list)
     #: (server label, resource name, principal) per AccessSecretVersion or
     #: RenderParameterVersion (devkit/google_params.py).
     reads: list[tuple[str, str, str]] = field(default_factory=list)
     #: "projects/p/locations/l/parameters/x" -> version id -> payload (insertion order: the
     #: last one is `latest`); readers in `readers`, keyed by the parameter.
     parameters: dict[str, dict[str, bytes]] = field(default_factory=dict)
+    #: service account email -> key id -> public key PEM: assertions of a listed account must
+    #: carry one of its key ids and that key's signature (others are not checked).
+    keys: dict[str, dict[str, bytes]] = field(default_factory=dict)
+    #: The claims of each key assertion the OAuth endpoint accepted.
+    assertions: list[dict[str, Any]] = field(default_factory=list)
 
     def add_version(self, secret: str, payload: bytes | str, *readers: str) -> str:
         data = payload.encode() if isinstance(payload, str) else payload
@@ -73,6 +97,51 @@ class FakeGoogle:
         self.parameters.setdefault(parameter, {})[version] = data
         self.readers.setdefault(parameter, set()).update(readers)
         return f"{parameter}/versions/{version}"
+
+    def add_key(self, email: str, key_id: str, public_pem: bytes) -> None:
+        """Register a service account key: its assertions are then signature-checked."""
+        self.keys.setdefault(email, {})[key_id] = public_pem
+
+    def check_assertion(self, form: Mapping[str, str]) -> tuple[str, str] | dict[str, Any]:
+        """Google's checks of a JWT-bearer grant: the claims, or (error, error_description)."""
+        if form.get("grant_type") != JWT_BEARER:
+            return "unsupported_grant_type", f"Invalid grant_type: {form.get('grant_type', '')}"
+        token = form.get("assertion", "")
+        try:
+            header = jwt.get_unverified_header(token)
+            claims: dict[str, Any] = jwt.decode(token, options={"verify_signature": False})
+        except jwt.PyJWTError:
+            return "invalid_grant", BAD_SIGNATURE
+        if header.get("alg") != "RS256" or not isinstance(claims.get("iss"), str):
+            return "invalid_grant", BAD_SIGNATURE
+        registered = self.keys.get(claims["iss"])
+        if registered is not None:
+            public = registered.get(str(header.get("kid", "")))
+            try:
+                if public is None:
+                    raise jwt.InvalidSignatureError("unknown key id")
+                jwt.decode(
+                    token,
+                    public,
+                    algorithms=["RS256"],
+                    options={"verify_aud": False, "verify_exp": False, "verify_iat": False},
+                )
+            except jwt.PyJWTError:
+                return "invalid_grant", BAD_SIGNATURE
+        if claims.get("aud") != GOOGLE_TOKEN_AUDIENCE:
+            return "invalid_grant", BAD_AUDIENCE
+        iat, exp, now = claims.get("iat"), claims.get("exp"), time.time()
+        if (
+            not isinstance(iat, int)
+            or not isinstance(exp, int)
+            or not iat < exp <= iat + 3600
+            or iat > now + 300
+            or exp < now - 300
+        ):
+            return "invalid_grant", BAD_TIMES
+        if not claims.get("scope"):
+            return "invalid_scope", "Invalid OAuth scope or ID token audience provided."
+        return claims
 
     def issue(self, principal: str) -> str:
         token = "ya29.fake-" + secrets.token_hex(12)
@@ -206,7 +275,12 @@ def http_app(google: FakeGoogle) -> web.Application:
     async def oauth(request: web.Request) -> web.Response:
         form = {k: str(v) for k, v in (await request.post()).items()}
         google.oauth_requests.append(form)
-        claims = jwt.decode(form["assertion"], options={"verify_signature": False})
+        google.oauth_urls.append(str(request.url))
+        claims = google.check_assertion(form)
+        if isinstance(claims, tuple):
+            error, description = claims
+            return web.json_response({"error": error, "error_description": description}, status=400)
+        google.assertions.append(claims)
         return web.json_response(
             {
                 "access_token": google.issue(f"gsa:{claims['iss']}"),

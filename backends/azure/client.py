@@ -8,6 +8,8 @@ sees our bounded, Retry-After-honouring retries and not those multiplied by the 
 from __future__ import annotations
 
 import asyncio
+import base64
+import binascii
 import email.utils
 import logging
 import time
@@ -95,15 +97,39 @@ class VaultReader:
         # Built (on first use, an SDK import) before any call's timeout starts.
         client = await self._s.client(ref.object_type)
         if not ref.history:
-            return [await self._call(ref, "get", lambda: self._one(client, ref, ref.version))]
+            value = await self._call(ref, "get", lambda: self._one(client, ref, ref.version))
+            return [self._decoded(ref, value)]
         versions = await self._call(ref, "list_versions", lambda: self._versions(client, ref))
         values = []
         for i, version in enumerate(versions):
             value = await self._call(ref, "get", partial(self._one, client, ref, version))
             values.append(
-                replace(value, suffix=str(i), version_id=f"{ref.object_type}/{ref.name}/{i}")
+                replace(
+                    self._decoded(ref, value),
+                    suffix=str(i),
+                    version_id=f"{ref.object_type}/{ref.name}/{i}",
+                )
             )
         return values
+
+    def _decoded(self, ref: AzureRef, value: SecretValue) -> SecretValue:
+        """objectEncoding applied to the secret as read: the content changes, the version (Key
+        Vault's version id, what upstream reports) stays. The value is never quoted."""
+        if ref.encoding is None:
+            return value
+        data = b"".join(value.content.split())
+        try:
+            if ref.encoding == "base64":
+                content = base64.b64decode(data, validate=True)
+            else:
+                content = binascii.unhexlify(data)
+        except (binascii.Error, ValueError):
+            raise InvalidParameters(
+                f"{self._where(ref)}: the value is not valid {ref.encoding} (objectEncoding "
+                f"{ref.encoding}); remove objectEncoding or store the value "
+                f"{ref.encoding}-encoded"
+            ) from None
+        return replace(value, content=content)
 
     async def _one(self, client: Any, ref: AzureRef, version: str) -> SecretValue:
         if ref.object_type == "key":

@@ -1,14 +1,17 @@
 """The objects of an Azure class: `objects` as the upstream `array:` of YAML strings.
 
-Each entry becomes an ObjectSpec whose `ref` is an AzureRef (what to read); `objectEncoding`
-becomes the core's `decode` transform, so the bytes are decoded once, after any extraction.
+Each entry becomes an ObjectSpec whose `ref` is an AzureRef (what to read). `objectEncoding` alone
+is part of the ref: the backend decodes the secret it read, so the file keeps Key Vault's version
+id as its object version, as upstream reports it (the core would answer an HMAC for a file its
+transforms changed). With our `extract`/`explode` it becomes the core's `decode` transform
+instead, decoding the extracted bytes after any extraction (docs/compatibility.md).
 """
 
 from __future__ import annotations
 
 import re
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any, Literal
 
 from provider.core.boundedyaml import load_yaml
@@ -66,6 +69,8 @@ class AzureRef:
     history: int = 0
     #: objectFormat pfx: a certificate's secret as the base64 PFX Key Vault stores.
     pfx: bool = False
+    #: objectEncoding (base64, hex) without other transforms: decoded by the backend.
+    encoding: Literal["base64", "hex"] | None = None
 
     def describe(self) -> str:
         """`<type>/<name>[/<version>]`, as Key Vault names the object."""
@@ -142,7 +147,14 @@ def _parse_object(entry: Any, where: str, problems: Problems) -> ObjectSpec[Azur
     alias = expect_str(obj.get("objectAlias"), f"{where}.objectAlias", problems).strip()
     mode = parse_mode(obj.get("filePermission"), f"{where}.filePermission", problems)
     transforms = parse_transforms(obj, where, problems, base=Transforms(decode=decode))
-    ref = AzureRef(kind, name, version, history, pfx)  # type: ignore[arg-type]
+    encoding = None
+    if decode is not None and obj.get("decode") is None:
+        rest = replace(transforms, decode=None)
+        if rest.identity:
+            # The file is then Key Vault's value, decoded as upstream does: the backend decodes
+            # it, and the object version stays the vault's version id (upstream's).
+            encoding, transforms = decode, rest
+    ref = AzureRef(kind, name, version, history, pfx, encoding)  # type: ignore[arg-type]
     field = f"{where}.objectAlias" if alias else f"{where}.objectName"
     # Upstream's ObjectVersion id (GetObjectUID); a history's values carry `<type>/<name>/<i>`.
     version_id = f"{kind}/{name}"

@@ -3,15 +3,19 @@
 The key file comes from the pod's namespace, so its `token_uri` is whatever the namespace's
 author wrote: google-auth would post the signed assertion there from a worker thread and read
 the answer whole, for up to 120 s. So the key is parsed here, `token_uri` must be one of Google's
-endpoints or one the provider was configured with, and the JWT-bearer grant (RFC 7523, what
-google-auth's service account credentials send) is posted by exchange.py like every other token
-call: no thread, a capped body, the Mount's deadline, no redirect.
+endpoints or one the provider was configured with, and the JWT-bearer grant (RFC 7523) is posted
+by exchange.py like every other token call: no thread, a capped body, the Mount's deadline, no
+redirect.
+
+The assertion itself is google-auth's own (its service account credentials sign it): its `aud`
+is Google's token endpoint by name (`GOOGLE_AUDIENCE`) whatever URL it is posted to, as Google
+requires — a private token endpoint (Private Service Connect, a proxy) forwards the assertion to
+Google, which refuses any other audience ("Invalid JWT: Failed audience check").
 """
 
 from __future__ import annotations
 
 import json
-import time
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -22,8 +26,9 @@ from backends.gcp.options import GOOGLE_TOKEN_URIS, Options
 from provider.core.errors import InvalidParameters, scrub
 
 KEY_FILE = "key.json"
-#: Lifetime of the signed assertion (google-auth's too).
-ASSERTION_LIFETIME = 3600
+#: The `aud` of every key assertion: Google's token endpoint by name, wherever it is posted
+#: (google-auth's `service_account._GOOGLE_OAUTH2_TOKEN_ENDPOINT`).
+GOOGLE_AUDIENCE = "https://oauth2.googleapis.com/token"
 
 
 @dataclass(frozen=True)
@@ -70,21 +75,18 @@ def parse_key(key_json: str, options: Options | None) -> ServiceAccountKey:
 
 
 def assertion(key: ServiceAccountKey) -> str:
-    """The signed JWT-bearer assertion google-auth would send (RS256 with the key)."""
-    from google.auth import crypt
-    from google.auth import jwt as google_jwt
+    """The signed JWT-bearer assertion google-auth sends for this key (RS256 with the key;
+    `aud` is Google's token endpoint, `GOOGLE_AUDIENCE`, not the `token_uri` it is posted to).
+    Blocking (loading the RSA key costs CPU): run it off the event loop."""
+    from google.oauth2 import service_account
 
-    now = int(time.time())
-    payload = {
-        "iss": key.email,
-        "aud": key.token_uri,
-        "scope": SCOPE,
-        "iat": now,
-        "exp": now + ASSERTION_LIFETIME,
-    }
-    signer = crypt.RSASigner.from_service_account_info(key.info)
-    signed: bytes = google_jwt.encode(signer, payload)
-    return signed.decode()
+    # google-auth's own credentials build and sign the assertion (the claims it sends when it
+    # refreshes them itself); only the POST is ours (exchange.py), to the allowed token_uri.
+    credentials = service_account.Credentials.from_service_account_info(
+        {**key.info, "token_uri": key.token_uri}, scopes=[SCOPE]
+    )
+    signed: bytes | str = credentials._make_authorization_grant_assertion()
+    return signed.decode() if isinstance(signed, bytes) else signed
 
 
 def _origin(url: object) -> str:

@@ -137,10 +137,13 @@ def test_azure_full_object_and_store() -> None:
     assert (
         tls.name == "tls.pfx" and tls.mode == 0o400 and tls.field == "objects.array[0].objectAlias"
     )
-    assert tls.ref == AzureRef("secret", "tls", "abc123", 3, True)
-    assert tls.transforms.decode == "base64"
+    # objectEncoding alone is the backend's (the file keeps Key Vault's version id); after our
+    # `extract` it is the core's last transform.
+    assert tls.ref == AzureRef("secret", "tls", "abc123", 3, True, "base64")
+    assert tls.transforms.identity
     assert plain.ref == AzureRef("secret", "plain") and plain.transforms.decode is None
     assert plain.mode is None and plain.field == "objects.array[1].objectName"
+    assert hexed.ref == AzureRef("secret", "hexed")
     assert hexed.transforms.decode == "hex" and hexed.transforms.extract == "password"
 
 

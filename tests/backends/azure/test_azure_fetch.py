@@ -128,7 +128,7 @@ async def test_azure_pfx_format_is_base64_pfx_and_base64_encoding_decodes(
     root, mid, leaf = certs.chain()
     stored = certs.pfx(leaf, [mid, root])
     body = {"value": stored, "contentType": "application/x-pkcs12", "certificate_backed": True}
-    vault.add("secret", "tls", body)
+    version = vault.add("secret", "tls", body)
     p = plan(
         objects(
             "objectName: tls\nobjectType: secret\nobjectFormat: PFX\nobjectAlias: tls.pfx.b64",
@@ -136,12 +136,14 @@ async def test_azure_pfx_format_is_base64_pfx_and_base64_encoding_decodes(
             "objectAlias: tls.pfx",
         )
     )
-    # Both files come from one read; the binary one is decoded by the core's transforms.
-    assert p.objects[0].ref == p.objects[1].ref
-    assert p.objects[1].transforms.decode == "base64"
-    content = one(await fetch(backend, p), p).content
-    assert content == stored.encode()
-    key, cert, _extra = pkcs12.load_key_and_certificates(base64.b64decode(content), None)
+    # The binary one is decoded by the backend (its own ref), keeping Key Vault's version id.
+    assert p.objects[1].ref.encoding == "base64" and p.objects[1].transforms.identity
+    got = await fetch(backend, p)
+    text, binary = one(got, p, 0), one(got, p, 1)
+    assert text.content == stored.encode()
+    assert binary.content == base64.b64decode(stored)
+    assert binary.version == text.version == version
+    key, cert, _extra = pkcs12.load_key_and_certificates(binary.content, None)
     assert cert == leaf.cert and key is not None
 
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import base64
+import re
 from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
@@ -110,3 +111,81 @@ async def test_azure_mount_denied_names_vault_object_and_identity(
     details = err.value.details() or ""
     assert "kvname" in details and "'theirs'" in details and "default/app" in details
     assert POD_TOKEN not in details and "at-" not in details
+
+
+async def test_azure_object_versions_are_key_vault_version_ids(azure: Azure, provider: Any) -> None:
+    """Issue 33: each secret's ObjectVersion is the version id the vault assigned (the last
+    segment of the secret's id, as upstream reports it) — latest, aliased, pinned, decoded with
+    objectEncoding, in a history — and keys' and certificates' too; only a file our own
+    extensions derive (`extract`) gets an HMAC."""
+    _root, _mid, leaf = certs.chain()
+    vault = azure.fake.vault("kvname", TENANT)
+    vault.access[CLIENT] = "*"
+    old = vault.add("secret", "db", {"value": "old"})
+    latest = vault.add("secret", "db", {"value": "new"})
+    b64 = vault.add("secret", "blob", {"value": base64.b64encode(b"\x00bin").decode()})
+    hexed = vault.add("secret", "hexed", {"value": b"\x01\x02".hex()})
+    as_json = vault.add("secret", "conf", {"value": '{"password": "pw"}'})
+    key = vault.add("key", "signing", {"key": certs.jwk(certs.issue("k").key)})
+    cert = vault.add("cert", "tls", certs.cert_body(leaf))
+    parameters = {
+        "backend": "azure",
+        "keyvaultName": "kvname",
+        "tenantID": TENANT,
+        "clientID": CLIENT,
+        "objects": objects(
+            "objectName: db\nobjectType: secret",
+            f"objectName: db\nobjectType: secret\nobjectAlias: db-old\nobjectVersion: {old}",
+            "objectName: db\nobjectType: secret\nobjectAlias: db-history\nobjectVersionHistory: 2",
+            "objectName: blob\nobjectType: secret\nobjectEncoding: base64",
+            "objectName: hexed\nobjectType: secret\nobjectEncoding: hex",
+            "objectName: conf\nobjectType: secret\nobjectEncoding: utf-8",
+            "objectName: conf\nobjectType: secret\nobjectAlias: password\nextract: password",
+            "objectName: signing\nobjectType: key",
+            "objectName: tls\nobjectType: cert",
+        ),
+    }
+    reply = await provider.Mount(request(parameters), timeout=10)
+    assert not reply.error.code
+    files = {f.path: f.contents for f in reply.files}
+    assert files["db"] == b"new" and files["db-old"] == b"old"
+    assert files["blob"] == b"\x00bin" and files["hexed"] == b"\x01\x02"
+    assert files["password"] == b"pw"
+    versions = [(v.id, v.version) for v in reply.object_version]
+    assert versions == [
+        ("secret/db", latest),
+        ("secret/db", old),
+        ("secret/db/0", latest),
+        ("secret/db/1", old),
+        ("secret/blob", b64),
+        ("secret/hexed", hexed),
+        ("secret/conf", as_json),
+        ("secret/conf", versions[7][1]),
+        ("key/signing", key),
+        ("cert/tls", cert),
+    ]
+    # Our extension's file: an HMAC (32 hex), not the vault's id of the secret it came from.
+    assert re.fullmatch(r"[0-9a-f]{32}", versions[7][1]) and versions[7][1] != as_json
+    # The ids above are the vault's own: the last segment of each object's id on the wire.
+    assert all(re.fullmatch(r"[0-9a-f]{32}", v) for v in (latest, old, b64, hexed, key, cert))
+
+
+async def test_azure_object_encoding_refuses_a_value_not_so_encoded(
+    azure: Azure, provider: Any
+) -> None:
+    vault = azure.fake.vault("kvname", TENANT)
+    vault.access[CLIENT] = "*"
+    vault.add("secret", "blob", {"value": "not base64! s3cr3t"})
+    parameters = {
+        "backend": "azure",
+        "keyvaultName": "kvname",
+        "tenantID": TENANT,
+        "clientID": CLIENT,
+        "objects": objects("objectName: blob\nobjectType: secret\nobjectEncoding: base64"),
+    }
+    with pytest.raises(grpc.aio.AioRpcError) as err:
+        await provider.Mount(request(parameters), timeout=10)
+    assert err.value.code() == grpc.StatusCode.INVALID_ARGUMENT
+    details = err.value.details() or ""
+    assert "'blob'" in details and "not valid base64" in details and "objectEncoding" in details
+    assert "s3cr3t" not in details
