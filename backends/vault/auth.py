@@ -10,11 +10,13 @@ was revoked: `relogin` replaces it once, shared by every concurrent caller that 
 from __future__ import annotations
 
 import json
+import math
 import time
 from dataclasses import dataclass, field
 
 from backends.vault.client import Reply, VaultHTTP, status_error
 from backends.vault.dialect import VaultStore
+from backends.vault.leases import TokenLife
 from backends.vault.options import Options
 from provider.core.backend import BackendEnv
 from provider.core.errors import BridgeError, PermissionDenied, StoreUnavailable
@@ -29,6 +31,10 @@ class VaultToken:
     token: str = field(repr=False)
     #: time.monotonic() of the login; a 403 on a token this fresh is a real denial.
     obtained: float = 0.0
+    #: Its TTL and end, moved by renew-self while leases it created are in use (leases.py).
+    life: TokenLife = field(
+        default_factory=lambda: TokenLife(0.0, math.inf, False), repr=False, compare=False
+    )
 
 
 class Authenticator:
@@ -84,7 +90,9 @@ class Authenticator:
         lease = auth.get("lease_duration")
         lease = float(lease) if isinstance(lease, int | float) and lease > 0 else 0.0
         ttl = lease * (1 - self._margin) if lease > 0 else NO_LEASE_TTL
-        return VaultToken(client_token, time.monotonic()), ttl
+        now = time.monotonic()
+        life = TokenLife(lease, now + lease if lease else math.inf, auth.get("renewable") is True)
+        return VaultToken(client_token, now, life), ttl
 
 
 def login_doing(store: VaultStore, identity: Identity) -> str:

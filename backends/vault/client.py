@@ -82,6 +82,8 @@ KNOWN_ERRORS = (
     ("rate limit quota exceeded", "rate limit quota exceeded"),
     ("upgrade in progress", "upgrade in progress"),
     ("internal error", "internal error"),
+    # A renewal at the max TTL: OpenBao answers HTTP 500, and asking again will not help.
+    ("past the max ttl", "past the max TTL, cannot renew"),
 )
 
 

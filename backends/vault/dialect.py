@@ -148,3 +148,18 @@ def _or_option(values: Mapping[str, str], options: Any, name: str, option: str) 
 def audiences(store: VaultStore) -> tuple[str, ...]:
     """The audiences of the pod tokens a mount of this class needs (`check --json`)."""
     return (store.audience,)
+
+
+def lifetime(ref: VaultRef) -> tuple[str, str] | None:
+    """What an object's answer is expected to carry (`check --json`): ("lease" or
+    "certificate", why), or None for a plain secret. At a mount the answer decides: a lease_id
+    with a lease_duration, or a certificate, makes the value a credential held per pod
+    (provider/mount/lifetimes.py)."""
+    parts = ref.path.split("/")
+    if "creds" in parts[1:-1]:
+        return ("lease", f"{ref.path} is a secrets engine's credentials path (leased)")
+    if ref.method != "GET" and any(p in ("issue", "sign") for p in parts[1:-1]):
+        return ("certificate", f"{ref.method} {ref.path} issues a certificate (notAfter)")
+    if ref.method != "GET":
+        return ("lease", f"{ref.method} {ref.path} is a dynamic secret's request")
+    return None

@@ -9,14 +9,18 @@ token may have been revoked since it was cached.
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import json
 import time
 from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
 from typing import Any
 
+from backends.vault import leases
 from backends.vault.auth import Authenticator, VaultToken
 from backends.vault.client import Reply, VaultHTTP, status_error
 from backends.vault.dialect import VaultStore
+from backends.vault.leases import Leases
 from backends.vault.objects import VaultRef
 from backends.vault.options import Options
 from provider.core.backend import BackendEnv
@@ -26,6 +30,7 @@ from provider.core.model import (
     FetchContext,
     Fetched,
     Identity,
+    Lifetime,
     Pod,
     SecretValue,
     StorePlan,
@@ -50,6 +55,7 @@ class VaultBackend:
             request_timeout=options.request_timeout,
         )
         self._auth = Authenticator(env, self._http, options.token_renew_margin)
+        self._leases = Leases(env, self._http)
 
     async def identify(self, plan: Plan, pod: Pod) -> Identity:
         store = plan.store
@@ -71,6 +77,8 @@ class VaultBackend:
         store = plan.store
         started = time.monotonic()
         token = await self._auth.token(store, identity, ctx)
+        if any(self._leases.creates_leases(ref) for ref in refs):
+            token = await self._fresh(store, identity, token, ctx)
         names = _object_names(plan)
 
         async def one(ref: VaultRef) -> tuple[Fetched]:
@@ -86,6 +94,26 @@ class VaultBackend:
                 raise outcome
             results[ref] = outcome[0]
         return results
+
+    async def _fresh(
+        self, store: VaultStore, identity: Identity, token: VaultToken, ctx: FetchContext
+    ) -> VaultToken:
+        """A token with at least two thirds of its TTL left, for reads that create leases: a
+        new credential is bound to its token, and should not start out about to die with it."""
+        life = token.life
+        if not life.worn(time.monotonic()):
+            return token
+        if life.renewable:
+            await self._leases.keep_token(store, token.token, life, ctx)
+            if not life.worn(time.monotonic()):
+                return token
+        return await self._auth.relogin(store, identity, token, ctx)
+
+    async def renew(self, lifetime: Lifetime, ctx: FetchContext) -> Lifetime | None:
+        return await self._leases.renew(lifetime, ctx)
+
+    async def release(self, lifetime: Lifetime, ctx: FetchContext) -> bool:
+        return await self._leases.release(lifetime, ctx)
 
     async def _read(
         self,
@@ -111,7 +139,17 @@ class VaultBackend:
             return reply
         if not 200 <= reply.status < 300:
             return _read_error(reply, doing, store, ref)
-        return _value(reply, doing)
+        value = _value(reply, doing)
+        if isinstance(value, BridgeError):
+            return value
+        lifetime = leases.lifetime_of(
+            value.payload, store, token.token, token.life, time.monotonic()
+        )
+        if lifetime is None:
+            return [value.value]
+        if lifetime.kind == "lease":
+            self._leases.saw_lease(ref)
+        return [dataclasses.replace(value.value, lifetime=lifetime)]
 
     async def _attempt(
         self, store: VaultStore, token: VaultToken, ref: VaultRef, ctx: FetchContext, doing: str
@@ -160,7 +198,14 @@ def _read_error(reply: Reply, doing: str, store: VaultStore, ref: VaultRef) -> B
     return status_error(reply, doing, denied=denied, not_found=not_found)
 
 
-def _value(reply: Reply, doing: str) -> Fetched:
+@dataclass(frozen=True)
+class _Read:
+    value: SecretValue
+    #: The parsed answer (its lease fields), for the value's lifetime.
+    payload: dict[str, Any] = field(repr=False)
+
+
+def _value(reply: Reply, doing: str) -> _Read | BridgeError:
     """The whole response as the file (upstream), `data` (or KV v2's `data.data`) for keys."""
     if not reply.body.strip():
         return NotFound(f"{doing}: Vault answered HTTP {reply.status} with no data")
@@ -183,7 +228,8 @@ def _value(reply: Reply, doing: str) -> Fetched:
     content = json.dumps(payload, separators=(",", ":"), ensure_ascii=False).encode()
     data = payload.get("data")
     inner = data.get("data") if isinstance(data, dict) else None
-    return [SecretValue(content=content, data=inner if isinstance(inner, dict) else data or {})]
+    value = SecretValue(content=content, data=inner if isinstance(inner, dict) else data or {})
+    return _Read(value, payload)
 
 
 def _object_names(plan: Plan) -> dict[VaultRef, str]:

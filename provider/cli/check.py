@@ -174,6 +174,7 @@ def _files(plan: MountPlan) -> list[dict[str, Any]]:
                 "version_id": spec.version_id or spec.name,
                 # explode: one file per top-level key of the value, under this directory.
                 "directory": spec.transforms.explode,
+                "lifetime": _lifetime(named.plan.backend, spec.ref),
             }
             if named.name:
                 entry["store"] = named.name
@@ -186,9 +187,19 @@ def _files(plan: MountPlan) -> list[dict[str, Any]]:
                 "object": tmpl.field,
                 "version_id": tmpl.path,
                 "directory": False,
+                "lifetime": None,
             }
         )
     return files
+
+
+def _lifetime(backend: str, ref: Any) -> dict[str, str] | None:
+    """Whether the object is expected to be a credential with a lifetime (a lease, a
+    certificate: held per pod, renewed at two thirds of its life), and why; the answer decides
+    at each read, so a plain-looking path that answers with a lease is held too."""
+    expected = getattr(registry.dialect_module(backend), "lifetime", None)
+    found = expected(ref) if expected is not None else None
+    return None if found is None else {"kind": found[0], "why": found[1]}
 
 
 def _print_text(report: dict[str, Any]) -> None:

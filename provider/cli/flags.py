@@ -174,6 +174,7 @@ def add_serve_flags(parser: argparse.ArgumentParser, *, with_socket: bool = True
             metavar="PATH|-",
         )
     _durations(g)
+    _lifetimes(g)
     _limits(g)
     flag(
         g,
@@ -251,6 +252,50 @@ def _durations(g: Any) -> None:
     )
 
 
+def fraction(text: str) -> float:
+    """A fraction above 0 and below 1 (`2/3` or `0.67`)."""
+    try:
+        top, _, bottom = text.partition("/")
+        value = float(top) / float(bottom) if bottom else float(top)
+    except (ValueError, ZeroDivisionError):
+        value = float("nan")
+    if not 0 < value < 1:
+        raise argparse.ArgumentTypeError(
+            f"expected a fraction above 0 and below 1 (such as 2/3 or 0.5), got {text!r}"
+        )
+    return value
+
+
+def _lifetimes(g: Any) -> None:
+    flag(
+        g,
+        "--renew-at",
+        "2/3",
+        "fraction of a lease's or certificate's life after which a pod's poll renews or "
+        "re-issues it; a class may ask for less with renewAt",
+        metavar="FRACTION",
+        type=fraction,
+    )
+    flag(
+        g,
+        "--lease-idle-after",
+        600.0,
+        "seconds without a poll after which a pod's leases are no longer renewed and are "
+        "revoked (a pod seen polling is idle after three of its poll intervals, if sooner)",
+        metavar="SECONDS",
+        type=seconds(above=True),
+    )
+    flag(
+        g,
+        "--max-held-credentials",
+        10_000,
+        "credentials with a lifetime held for pods (leases, certificates), shared fairly by "
+        "namespace",
+        metavar="N",
+        type=count(),
+    )
+
+
 def _limits(g: Any) -> None:
     flag(
         g,
@@ -292,6 +337,9 @@ def settings_from_args(args: argparse.Namespace) -> ServeSettings:
         serve_stale_max_age=args.serve_stale_max_age,
         serve_stale_wait=args.serve_stale_wait,
         store_call_timeout=args.store_call_timeout,
+        renew_at=args.renew_at,
+        lease_idle_after=args.lease_idle_after,
+        max_held_credentials=args.max_held_credentials,
         max_concurrent_fetches=args.max_concurrent_fetches,
         max_concurrent_fetches_per_namespace=args.max_concurrent_fetches_per_namespace,
         rate_limits=parse_rate_limits(args.rate_limit, registry.names()),

@@ -21,7 +21,7 @@ import math
 import time
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, Generic, Protocol, TypeVar
+from typing import TYPE_CHECKING, Any, Generic, Protocol, TypeVar, runtime_checkable
 
 from provider.core.caching import ExpiringCache
 from provider.core.errors import BridgeError, DeadlineExceeded, StoreSilent, StoreUnavailable
@@ -30,6 +30,7 @@ from provider.core.model import (
     FetchContext,
     Fetched,
     Identity,
+    Lifetime,
     OptionsT,
     Pod,
     RefT,
@@ -194,6 +195,26 @@ class Backend(Protocol[StoreT, RefT]):
         ...
 
     async def close(self) -> None: ...
+
+
+@runtime_checkable
+class Renewing(Protocol):
+    """What a store that issues leases also does (Vault): extend one, or give it up.
+
+    A backend without these methods has lifetimes that end at their end (certificates): the
+    mount layer re-issues those instead (provider/mount/lifetimes.py).
+    """
+
+    async def renew(self, lifetime: Lifetime, ctx: FetchContext) -> Lifetime | None:
+        """The lifetime extended as far as the store allows (the lease, and the login token
+        that created it), or None when it cannot be extended at all; raises BridgeError when
+        the store fails."""
+        ...
+
+    async def release(self, lifetime: Lifetime, ctx: FetchContext) -> bool:
+        """Revoke it now (its pod stopped polling); False when the store refused (a policy
+        without `sys/leases/revoke`): it then ends at its own end."""
+        ...
 
 
 #: How the store-neutral layers (mount, edge) hold any store.

@@ -92,6 +92,21 @@ class Metrics:
             ["operation"],
             registry=r,
         )
+        #: Set to a function by the lifetime table: read when scraped.
+        self.credentials_held = Gauge(
+            "secrets_bridge_credentials_held",
+            "Credentials with a lifetime (leases, certificates) held for polling pods",
+            registry=r,
+        )
+        self.credential_events = Counter(
+            "secrets_bridge_credential_events",
+            "Credentials with a lifetime by backend and event: issued (a pod's first), reused "
+            "(answered again at a poll), renewed, renew_failed, reissued (replaced after its "
+            "renewal point), expired, idle (its pod stopped polling), evicted (table full), "
+            "revoked, revoke_refused",
+            ["backend", "event"],
+            registry=r,
+        )
         self.fallback_reads = Counter(
             "secrets_bridge_fallback_reads",
             "Objects read from their fallback store after their store answered not found, by "

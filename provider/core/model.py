@@ -29,8 +29,12 @@ Decode = Literal["base64", "hex"]
 
 #: Where a mount's value came from, as the audit trail records it: a store read, the value
 #: cache, another mount's read in flight, a held value the store confirmed unchanged (AWS
-#: DescribeSecret), or the last good value served while the store was unavailable.
-Source = Literal["store", "cache", "coalesced", "revalidated", "stale"]
+#: DescribeSecret), or the last good value served while the store was unavailable. A value
+#: with a lifetime (provider/mount/lifetimes.py) is `issued` for the pod, `reused` at its later
+#: polls, or `renewed` when its lease was extended.
+Source = Literal[
+    "store", "cache", "coalesced", "revalidated", "stale", "issued", "reused", "renewed"
+]
 
 
 def hashed_once(cls: C) -> C:
@@ -136,6 +140,31 @@ class StorePlan(Generic[StoreT, RefT]):
 
 
 @dataclass(frozen=True)
+class Lifetime:
+    """How long a fetched value works: a lease (Vault revokes it at its end, or with the token
+    that created it) or a certificate (useless after notAfter). Such a value is a credential of
+    one pod, never shared or cached as a plain value (provider/mount/lifetimes.py).
+
+    Times are `time.monotonic()`; `start` is when it was issued or last renewed, `end` when it
+    stops working, whichever of its lease, its login token and its notAfter ends first.
+    """
+
+    kind: Literal["lease", "certificate"]
+    start: float
+    end: float
+    #: Whether the store can extend it (`Renewing.renew`); a certificate is re-issued instead.
+    renewable: bool = False
+    #: The backend's own handle for renewing or revoking it (lease id, token): never printed.
+    handle: Any = field(default=None, repr=False, compare=False)
+    #: Why the value counts as one, for logs and `check`: "lease_id with lease_duration 300s".
+    why: str = ""
+
+    def due(self, now: float, renew_at: float) -> bool:
+        """Whether `renew_at` (a fraction) of its life has passed at `now`."""
+        return now >= self.start + renew_at * (self.end - self.start)
+
+
+@dataclass(frozen=True)
 class SecretValue:
     """One value fetched from a store. Never printed: content and data stay out of reprs."""
 
@@ -150,6 +179,8 @@ class SecretValue:
     version_id: str | None = None
     #: "store", or what a cache marked its held copy with ("revalidated", "stale").
     source: Source = field(default="store", compare=False)
+    #: Set when the value is a credential with a lifetime (a lease, a certificate).
+    lifetime: Lifetime | None = field(default=None, compare=False, repr=False)
 
 
 @runtime_checkable
@@ -164,6 +195,14 @@ class Describable(Protocol):
 def describe(thing: object) -> str:
     """`thing.describe()`, or only its type's name: a ref's fields are never printed."""
     return thing.describe() if isinstance(thing, Describable) else type(thing).__name__
+
+
+def lifetime_of(values: Sequence[SecretValue]) -> Lifetime | None:
+    """The lifetime of a fetched value, if it has one (all its values share one read)."""
+    for value in values:
+        if value.lifetime is not None:
+            return value.lifetime
+    return None
 
 
 #: A plan of any store, as the store-neutral layers hold it.

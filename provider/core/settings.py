@@ -35,6 +35,14 @@ class CoreSettings:
     max_concurrent_fetches: int = 64
     #: Of those, fetch calls one namespace may have in flight per backend (its share).
     max_concurrent_fetches_per_namespace: int = 16
+    #: Fraction of a lease's or certificate's life after which a pod's poll renews or
+    #: re-issues it (cert-manager's two thirds); a class may ask for less (`renewAt`).
+    renew_at: float = 2 / 3
+    #: Longest time a pod's credentials are kept (and their leases renewed) without a poll;
+    #: a pod seen polling is idle sooner, after three of its own poll intervals.
+    lease_idle_after: float = 600.0
+    #: Credentials with a lifetime held for pods, all namespaces together (fair shares).
+    max_held_credentials: int = 10_000
     #: Seconds one store call (a login, a read) may take before it counts as "unavailable".
     store_call_timeout: float = 10.0
     #: Backend name -> fetch calls per second (absent = unlimited).

@@ -110,6 +110,9 @@ def build_mounter(
         max_concurrent_fetches=core.max_concurrent_fetches,
         max_concurrent_fetches_per_namespace=core.max_concurrent_fetches_per_namespace,
         rate_limits=core.rate_limits,
+        renew_at=core.renew_at,
+        lease_idle_after=core.lease_idle_after,
+        max_held_credentials=core.max_held_credentials,
     )
     backends.on_close(fetcher.close)
     mounter = Mounter(

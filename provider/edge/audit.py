@@ -4,9 +4,9 @@ or refused, written before the answer leaves the provider.
 Caching hides accesses from the stores' own audit logs (one read serves every pod of a service
 account for --cache-ttl); this trail records each mount: the pod, its class and store, and per
 object its store reference, the version answered and where the value came from (`store`,
-`cache`, `coalesced`, `revalidated`, `stale`). Never a value, token or key: only what the
-mount's log line and the pod's own SecretProviderClassPodStatus already show, plus the
-references the class names.
+`cache`, `coalesced`, `revalidated`, `stale`, `issued`, `reused`, `renewed`). Never a value,
+token or key: only what the mount's log line and the pod's own SecretProviderClassPodStatus
+already show, plus the references the class names.
 
 An answer whose line cannot be written is not sent: the mount fails with UNAVAILABLE (the driver
 retries) and `secrets_bridge_audit_failures_total{operation="write"}` counts it. A refusal whose

@@ -26,6 +26,7 @@ from provider.core.errors import BridgeError, DeadlineExceeded
 from provider.core.limits import FetchSlots, RateLimiter, namespace_of
 from provider.core.metrics import Metrics
 from provider.core.model import AnyPlan, FetchContext, Fetched, Identity, SecretValue, Source
+from provider.mount.lifetimes import Lifetimes, Owner
 from provider.mount.loads import Joined, Loads
 from provider.mount.stale import LastGood, is_stale, values_size
 
@@ -77,9 +78,18 @@ class Fetcher:
         max_entries: int = 10_000,
         max_bytes: int = 64 * 1024 * 1024,
         load_budget: float = LOAD_BUDGET,
+        renew_at: float = 2 / 3,
+        lease_idle_after: float = 600.0,
+        max_held_credentials: int = 10_000,
     ) -> None:
         self._ttl = cache_ttl
         self._metrics = metrics
+        self._lifetimes = Lifetimes(
+            metrics=metrics,
+            renew_at=renew_at,
+            idle_after=lease_idle_after,
+            max_entries=max_held_credentials,
+        )
         self._count = metrics.cache_counter("values")
         self._cache: ExpiringCache[Sequence[SecretValue]] = ExpiringCache(
             max_entries=max_entries,
@@ -132,14 +142,35 @@ class Fetcher:
         refs: Sequence[Hashable],
         ctx: FetchContext,
         sources: dict[Hashable, Source] | None = None,
+        owner: Owner | None = None,
     ) -> dict[Hashable, Fetched]:
         """Each ref's values or error. With `sources` (the audit trail is on), also where each
-        value came from: the cache, another mount's read, or what the values are marked with."""
+        value came from: the cache, another mount's read, or what the values are marked with.
+        With `owner` (the pod), values with a lifetime are held for it across its polls
+        (provider/mount/lifetimes.py)."""
+        if owner is not None:
+            return await self._lifetimes.fetch(
+                self.read, backend, plan, identity, owner, refs, ctx, sources
+            )
+        return await self.read(backend, plan, identity, refs, ctx, sources)
+
+    async def read(
+        self,
+        backend: AnyBackend,
+        plan: AnyPlan,
+        identity: Identity,
+        refs: Sequence[Hashable],
+        ctx: FetchContext,
+        sources: dict[Hashable, Source] | None = None,
+        owner: Owner | None = None,
+    ) -> dict[Hashable, Fetched]:
+        """The plain read: the value cache, else the shared loads (the refs private to
+        `owner` only joined to its own)."""
         results: dict[Hashable, Fetched] = {}
         raised: list[_Raised] = []
         todo = list(dict.fromkeys(refs))
         for round_ in range(MAX_ROUNDS):
-            joined = self._join(backend, plan, identity, todo, ctx, results, sources)
+            joined = self._join(backend, plan, identity, todo, ctx, results, sources, owner)
             if not joined:  # every value came from the cache: nothing to wait for
                 break
             # Entered and left here rather than in a coroutine of its own: every mount of an
@@ -178,6 +209,7 @@ class Fetcher:
         ctx: FetchContext,
         results: dict[Hashable, Fetched],
         sources: dict[Hashable, Source] | None = None,
+        owner: Owner | None = None,
     ) -> Joined:
         """Cache hits into `results`; for the rest, the load each joins (or starts)."""
         left: list[Hashable] = []
@@ -193,7 +225,7 @@ class Fetcher:
                 sources[ref] = "cache"
         if hits:  # counted once per mount, not once per object: this is every cached mount
             self._count("hit", hits)
-        return self._loads.join(backend, plan, identity, left, ctx, sources) if left else {}
+        return self._loads.join(backend, plan, identity, left, ctx, sources, owner) if left else {}
 
     async def _outcomes(
         self, plan: AnyPlan, identity: Identity, joined: Joined, ctx: FetchContext
@@ -297,6 +329,7 @@ class Fetcher:
 
     async def close(self) -> None:
         """Cancel the loads still running (shutdown): nobody is left to use their results."""
+        await self._lifetimes.close()
         await self._loads.close()
 
 

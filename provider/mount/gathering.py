@@ -31,6 +31,7 @@ from provider.core.model import (
 )
 from provider.core.model import SecretValue as Value
 from provider.mount.fetching import Fetcher
+from provider.mount.lifetimes import Owner
 from provider.mount.planning import MountPlan
 from provider.mount.stores import Fallback, NamedStore
 
@@ -63,13 +64,14 @@ async def gather(
     stores = plan.stores
     backends = [backend_for(s.plan.backend) for s in stores]
     identities = await _identify(stores, backends, pod)
+    owner = plan.owner(pod)
     per_store: list[dict[Hashable, Source] | None] = [
         {} if sources is not None else None for _ in stores
     ]
     async with asyncio.TaskGroup() as group:
         reads = [
             group.create_task(
-                _read(fetcher, b, s.plan, i, [o.ref for o in s.plan.objects], ctx, seen)
+                _read(fetcher, b, s.plan, i, [o.ref for o in s.plan.objects], ctx, seen, owner)
             )
             for s, b, i, seen in zip(stores, backends, identities, per_store, strict=True)
         ]
@@ -82,7 +84,7 @@ async def gather(
         for spec, fallback in zip(s.plan.objects, s.fallbacks, strict=True):
             if fallback is not None and isinstance(results[spec.ref], NotFound):
                 wanted.setdefault(fallback.store, []).append(fallback)
-    second = await _read_fallbacks(fetcher, stores, backends, identities, wanted, ctx)
+    second = await _read_fallbacks(fetcher, stores, backends, identities, wanted, ctx, owner)
     gathered = Gathered([], {}, [])
     for index, (s, results) in enumerate(zip(stores, primary, strict=True)):
         for spec, fallback in zip(s.plan.objects, s.fallbacks, strict=True):
@@ -140,12 +142,13 @@ async def _read(
     refs: Sequence[Hashable],
     ctx: FetchContext,
     sources: dict[Hashable, Source] | None = None,
+    owner: Owner | None = None,
 ) -> dict[Hashable, Fetched]:
     """One store's values; a store that refuses as a whole (a login) fails each of its refs."""
     if not refs:
         return {}
     try:
-        return await fetcher.fetch(backend, plan, identity, refs, ctx, sources)
+        return await fetcher.fetch(backend, plan, identity, refs, ctx, sources, owner)
     except BridgeError as exc:
         return {ref: exc for ref in refs}
 
@@ -157,6 +160,7 @@ async def _read_fallbacks(
     identities: Sequence[Identity],
     wanted: dict[int, list[Fallback]],
     ctx: FetchContext,
+    owner: Owner | None = None,
 ) -> dict[int, dict[Hashable, Fetched]]:
     if not wanted:
         return {}
@@ -166,7 +170,7 @@ async def _read_fallbacks(
             plan = stores[index].fallback_plan
             assert plan is not None  # a store some object falls back to has one
             refs = [f.spec.ref for f in fallbacks]
-            read = _read(fetcher, backends[index], plan, identities[index], refs, ctx)
+            read = _read(fetcher, backends[index], plan, identities[index], refs, ctx, None, owner)
             tasks[index] = group.create_task(read)
     return {index: task.result() for index, task in tasks.items()}
 

@@ -31,7 +31,16 @@ from provider.core.backend import AnyBackend, Failure, FailureWatch, watch_failu
 from provider.core.caching import ExpiringCache
 from provider.core.errors import BridgeError, DeadlineExceeded
 from provider.core.limits import FetchSlots, RateLimiter, namespace_of
-from provider.core.model import AnyPlan, FetchContext, Fetched, Identity, SecretValue, Source
+from provider.core.model import (
+    AnyPlan,
+    FetchContext,
+    Fetched,
+    Identity,
+    SecretValue,
+    Source,
+    lifetime_of,
+)
+from provider.mount.lifetimes import Owner
 from provider.mount.stale import Key, LastGood
 
 #: For each ref a caller waits on: the ref's outcome to be, and the load that settles it.
@@ -74,12 +83,15 @@ class Loads:
         refs: Sequence[Hashable],
         ctx: FetchContext,
         sources: dict[Hashable, Source] | None = None,
+        owner: Owner | None = None,
     ) -> Joined:
-        """The load each of `refs` joins, one started for all those that have none."""
+        """The load each of `refs` joins, one started for all those that have none. The refs
+        private to `owner` (values with a lifetime: provider/mount/lifetimes.py) join only
+        that pod's loads."""
         joined: Joined = {}
         mine: dict[Hashable, asyncio.Future[Fetched]] = {}
         for ref in refs:
-            key = (identity.key, ref)
+            key = _load_key(identity, ref, owner)
             if key in self._inflight:
                 self._count("coalesced")
                 joined[ref] = self._inflight[key]
@@ -95,9 +107,9 @@ class Loads:
             now = time.monotonic()
             budget = max(ctx.deadline - now, self._load_budget)
             own = FetchContext(deadline=now + budget, retry_deadline=now + budget / 3)
-            task = asyncio.create_task(self._load(backend, plan, identity, mine, own))
+            task = asyncio.create_task(self._load(backend, plan, identity, mine, own, owner))
             for ref, future in mine.items():
-                joined[ref] = self._inflight[(identity.key, ref)] = (future, task)
+                joined[ref] = self._inflight[_load_key(identity, ref, owner)] = (future, task)
         return joined
 
     def enter(self, joined: Joined) -> set[asyncio.Task[None]]:
@@ -136,6 +148,7 @@ class Loads:
         identity: Identity,
         mine: Mapping[Hashable, asyncio.Future[Fetched]],
         ctx: FetchContext,
+        owner: Owner | None = None,
     ) -> None:
         """Fetch and settle every future of `mine`; never raises (callers get the outcome)."""
         rate = self._rates.get(plan.backend)
@@ -174,9 +187,10 @@ class Loads:
                 self._failures.pop(task).close()
             for ref, future in mine.items():
                 key = (identity.key, ref)
-                held = self._inflight.get(key)
+                load_key = _load_key(identity, ref, owner)
+                held = self._inflight.get(load_key)
                 if held is not None and held[0] is future:  # not a newer load's entry
-                    del self._inflight[key]
+                    del self._inflight[load_key]
                 if task is not None:
                     self._stale.load_ended(key, task)
         for ref, future in mine.items():
@@ -184,7 +198,8 @@ class Loads:
             if result is None:
                 result = BridgeError(f"the {plan.backend} backend returned no value")
             key = (identity.key, ref)
-            if not isinstance(result, BridgeError):
+            # A credential with a lifetime is its pod's alone: never cached, never stale.
+            if not isinstance(result, BridgeError) and lifetime_of(result) is None:
                 if self._ttl > 0:
                     self._cache.put(key, result, self._ttl)
                 self._stale.keep(key, result)
@@ -227,6 +242,13 @@ class Loads:
         for task in loads:
             task.cancel()
         await asyncio.gather(*loads, return_exceptions=True)
+
+
+def _load_key(identity: Identity, ref: Hashable, owner: Owner | None) -> Key:
+    """Loads are shared by identity and ref, except the refs private to one pod."""
+    if owner is not None and ref in owner.private:
+        return (identity.key, ("pod", owner.uid, ref))
+    return (identity.key, ref)
 
 
 def _fail(mine: Mapping[Hashable, asyncio.Future[Fetched]], exc: BaseException) -> None:

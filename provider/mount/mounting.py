@@ -158,7 +158,10 @@ class Mounter:
         seconds = DEFAULT_DEADLINE if budget is None else budget
         ctx = FetchContext(deadline=now + seconds, retry_deadline=now + seconds / 3)
         sources: dict[Hashable, Source] | None = {} if audit else None
-        fetched = await self._fetcher.fetch(backend, store, identity, plan.refs, ctx, sources)
+        owner = plan.owner(request.pod)
+        fetched = await self._fetcher.fetch(
+            backend, store, identity, plan.refs, ctx, sources, owner
+        )
         failures: list[tuple[str, BridgeError]] = []
         values: dict[Hashable, Sequence[SecretValue]] = {}
         for spec in store.objects:

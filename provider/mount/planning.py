@@ -17,18 +17,19 @@ from backends import registry
 from provider.core.boundedyaml import yaml_node_budget
 from provider.core.errors import InvalidParameters
 from provider.core.files import overlap_problems, path_problem
-from provider.core.model import AnyPlan, ObjectSpec, ParseContext
+from provider.core.model import AnyPlan, ObjectSpec, ParseContext, Pod
 from provider.core.parsing import Problems
 from provider.mount import stores as named_stores
 from provider.mount import templates
+from provider.mount.lifetimes import Owner
 from provider.mount.stores import NamedStore
 from provider.mount.templates import TemplateSpec
 
 #: Keys the driver and kubelet add to the attributes; never parameters of a dialect.
 KUBELET_PREFIX = "csi.storage.k8s.io/"
-COMMON_KEYS = frozenset({"backend", "templates", "secretProviderClass"})
+COMMON_KEYS = frozenset({"backend", "templates", "secretProviderClass", "renewAt"})
 #: The top-level keys of a class of several stores; every other setting is in a store's block.
-STORES_KEYS = frozenset({"stores", "objects", "templates", "secretProviderClass"})
+STORES_KEYS = frozenset({"stores", "objects", "templates", "secretProviderClass", "renewAt"})
 #: `MountResult.backend` (and the metrics' label) of a class of several stores.
 MULTI = "multi"
 
@@ -39,6 +40,13 @@ class MountPlan:
     stores: tuple[NamedStore, ...]
     templates: tuple[TemplateSpec, ...]
     warnings: tuple[str, ...]
+    #: `renewAt`: the fraction of a credential's life after which it is renewed, when the
+    #: class asks for less than the provider's --renew-at (provider/mount/lifetimes.py).
+    renew_at: float | None = None
+
+    def owner(self, pod: Pod) -> Owner:
+        """Who the credentials with a lifetime this class yields are held for."""
+        return Owner(pod.uid, pod.namespace, self.renew_at)
 
     @property
     def named(self) -> bool:
@@ -135,11 +143,30 @@ def _finish(
     names = [spec.name for spec in objects]
     specs = templates.parse(params.get("templates", ""), names, problems)
     _check_paths(objects, specs, problems)
+    renew_at = _renew_at(params.get("renewAt", ""), problems)
     problems.raise_if_any()
     for key in sorted(params):
         if key not in known and not key.startswith(KUBELET_PREFIX):
             problems.warn(f"parameter {key!r} is not used by {user} (a typo?)")
-    return MountPlan(plan.stores, specs, tuple(problems.warnings))
+    return MountPlan(plan.stores, specs, tuple(problems.warnings), renew_at)
+
+
+def _renew_at(text: str, problems: Problems) -> float | None:
+    """`renewAt: "0.5"` (or "1/2"): renew this class's leases and certificates sooner."""
+    if not text.strip():
+        return None
+    top, _, bottom = text.strip().partition("/")
+    try:
+        value = float(top) / float(bottom) if bottom else float(top)
+    except (ValueError, ZeroDivisionError):
+        value = float("nan")
+    if not 0 < value < 1:
+        problems.add(
+            f"renewAt: expected a fraction of a credential's life above 0 and below 1, such as "
+            f"0.5 or 1/2, got {text!r}"
+        )
+        return None
+    return value
 
 
 def _backend_name(params: Mapping[str, str], enable_fake: bool, field: str = "backend") -> str:

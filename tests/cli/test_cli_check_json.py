@@ -74,6 +74,7 @@ def test_json_lists_files_store_and_audiences(tmp_path: Path) -> None:
             "object": "objects[0].objectName",
             "version_id": "db",
             "directory": False,
+            "lifetime": None,
         },
         {
             "path": "cfg",
@@ -81,6 +82,7 @@ def test_json_lists_files_store_and_audiences(tmp_path: Path) -> None:
             "object": "objects[1].objectName",
             "version_id": "cfg",
             "directory": True,
+            "lifetime": None,
         },
         {
             "path": "app.env",
@@ -88,9 +90,53 @@ def test_json_lists_files_store_and_audiences(tmp_path: Path) -> None:
             "object": "templates[0]",
             "version_id": "app.env",
             "directory": False,
+            "lifetime": None,
         },
     ]
     assert cls["errors"] == [] and cls["warnings"] == []
+
+
+def test_json_says_which_objects_are_credentials_with_a_lifetime_and_why(tmp_path: Path) -> None:
+    objects = (
+        "- {objectName: db, secretPath: database/creds/app}\n"
+        "- {objectName: tls.crt, secretPath: pki/issue/web, method: POST, secretKey: certificate}"
+        "\n- {objectName: token, secretPath: auth/token/create, method: POST}\n"
+        "- {objectName: kv, secretPath: secret/data/app}"
+    )
+    path = tmp_path / "dynamic.yaml"
+    path.write_text(manifest("dynamic", {**PLAIN, "objects": objects, "renewAt": "1/2"}))
+    result = cli("check", "--json", str(path))
+    assert result.returncode == 0, result.stdout
+    (cls,) = json.loads(result.stdout)["classes"]
+    lifetimes = {f["path"]: f["lifetime"] for f in cls["files"]}
+    assert lifetimes == {
+        "db": {
+            "kind": "lease",
+            "why": "database/creds/app is a secrets engine's credentials path (leased)",
+        },
+        "tls.crt": {
+            "kind": "certificate",
+            "why": "POST pki/issue/web issues a certificate (notAfter)",
+        },
+        "token": {"kind": "lease", "why": "POST auth/token/create is a dynamic secret's request"},
+        "kv": None,
+    }
+    assert cls["warnings"] == []  # renewAt is a parameter of every class
+
+
+@pytest.mark.parametrize("renew_at", ["0", "1", "1.5", "soon", "1/0"])
+def test_a_renew_at_outside_zero_to_one_is_refused_naming_the_field(
+    tmp_path: Path, renew_at: str
+) -> None:
+    path = tmp_path / "bad.yaml"
+    path.write_text(manifest("bad", {**PLAIN, "renewAt": renew_at}))
+    result = cli("check", "--json", str(path))
+    assert result.returncode != 0
+    (cls,) = json.loads(result.stdout)["classes"]
+    assert cls["errors"] == [
+        "renewAt: expected a fraction of a credential's life above 0 and below 1, such as 0.5 "
+        f"or 1/2, got {renew_at!r}"
+    ]
 
 
 @pytest.mark.parametrize(
