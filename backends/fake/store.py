@@ -9,14 +9,23 @@ demo can rotate a secret by rewriting the file. The file:
       db-creds: [default/app]
     failures:                    # optional: make a path fail: denied | notfound | unavailable
       broken: unavailable
+    leases:                      # optional: paths issued as leases, a new credential per read
+      db-creds: {ttl: 9, max_ttl: 30, renewable: true, revoke: true}
+
+A leased path answers `{"lease_id": "fake/<path>/<n>", "data": <value>}` with a Lifetime of
+`ttl` seconds, renewable (`renew`) up to `max_ttl` after its issue; `release` revokes it unless
+`revoke: false` (a policy without revoke). A path's failure applies to its renewals too.
 """
 
 from __future__ import annotations
 
 import asyncio
+import itertools
 import json
 import os
+import time
 from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
 from typing import Any
 
 import yaml
@@ -36,6 +45,7 @@ from provider.core.model import (
     FetchContext,
     Fetched,
     Identity,
+    Lifetime,
     Pod,
     SecretValue,
     StorePlan,
@@ -43,6 +53,16 @@ from provider.core.model import (
 )
 
 Plan = StorePlan[FakeStore, FakeRef]
+
+
+@dataclass(frozen=True)
+class FakeLease:
+    """`Lifetime.handle` of a leased fake value."""
+
+    path: str
+    lease_id: str
+    ttl: float
+    max_end: float
 
 
 class FakeBackend:
@@ -60,6 +80,10 @@ class FakeBackend:
         #: Fetch calls in flight now, and the most seen at once (tests of concurrency limits).
         self.inflight = 0
         self.peak_inflight = 0
+        #: Leases issued, renewed and revoked, by lease id (tests read them).
+        self.renewals: dict[str, int] = {}
+        self.revoked: list[str] = []
+        self._serial = itertools.count(1)
 
     async def identify(self, plan: Plan, pod: Pod) -> Identity:
         store = plan.store
@@ -104,6 +128,9 @@ class FakeBackend:
         if failure == "notfound" or path not in secrets:
             return NotFound(f"fake store: no secret at {path!r}")
         value = secrets[path]
+        lease = (data.get("leases") or {}).get(path)
+        if isinstance(lease, dict):
+            return [self._issue(path, value, lease)]
         if isinstance(value, bytes):
             content = value
         elif isinstance(value, str):
@@ -111,6 +138,46 @@ class FakeBackend:
         else:
             content = json.dumps(value, separators=(",", ":")).encode()
         return [SecretValue(content=content)]
+
+    def _issue(self, path: str, value: Any, lease: Mapping[str, Any]) -> SecretValue:
+        now = time.monotonic()
+        lease_id = f"fake/{path}/{next(self._serial)}"
+        ttl = float(lease.get("ttl", 60))
+        handle = FakeLease(path, lease_id, ttl, now + float(lease.get("max_ttl", ttl)))
+        lifetime = Lifetime(
+            "lease",
+            now,
+            now + ttl,
+            renewable=bool(lease.get("renewable", True)),
+            handle=handle,
+            why=f"a fake lease of {ttl:g}s",
+        )
+        content = json.dumps({"lease_id": lease_id, "data": value}, separators=(",", ":"))
+        return SecretValue(content=content.encode(), lifetime=lifetime)
+
+    async def renew(self, lifetime: Lifetime, ctx: FetchContext) -> Lifetime | None:
+        lease = lifetime.handle
+        if not isinstance(lease, FakeLease):
+            return None
+        data = self._load()
+        if (data.get("failures") or {}).get(lease.path) == "unavailable":
+            raise StoreUnavailable(f"fake store: {lease.path!r} is unavailable")
+        if lease.lease_id in self.revoked:
+            return None
+        self.renewals[lease.lease_id] = self.renewals.get(lease.lease_id, 0) + 1
+        now = time.monotonic()
+        end = min(now + lease.ttl, lease.max_end)
+        return Lifetime("lease", now, end, renewable=True, handle=lease, why=lifetime.why)
+
+    async def release(self, lifetime: Lifetime, ctx: FetchContext) -> bool:
+        lease = lifetime.handle
+        if not isinstance(lease, FakeLease):
+            return False
+        settings = (self._load().get("leases") or {}).get(lease.path) or {}
+        if settings.get("revoke", True) is False:
+            return False
+        self.revoked.append(lease.lease_id)
+        return True
 
     def _load(self) -> Mapping[str, Any]:
         if not self._file:
