@@ -177,7 +177,10 @@ class Leases:
             lease_renewable=lease.lease_renewable,
             cert_end=lease.cert_end,
         )
-        return Lifetime("lease", now, handle.end(), renewable=True, handle=handle, why=lifetime.why)
+        renewable = handle.lease_renewable or life.renewable
+        return Lifetime(
+            "lease", now, handle.end(), renewable=renewable, handle=handle, why=lifetime.why
+        )
 
     async def release(self, lifetime: Lifetime, ctx: FetchContext) -> bool:
         lease = lifetime.handle

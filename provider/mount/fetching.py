@@ -89,6 +89,7 @@ class Fetcher:
             renew_at=renew_at,
             idle_after=lease_idle_after,
             max_entries=max_held_credentials,
+            max_bytes=max_bytes,
         )
         self._count = metrics.cache_counter("values")
         self._cache: ExpiringCache[Sequence[SecretValue]] = ExpiringCache(

@@ -7,8 +7,10 @@ store. So a value that comes back with a `Lifetime` is the pod's own, held by (p
 key, ref) and answered again at the pod's polls until `renew_at` of its life has passed; then it
 is renewed (`Renewing.renew`: the lease, and the login token that created it) when that leaves it
 at least the life it had left at its renewal point, else issued anew — a certificate and its key
-come from one read, so they are replaced together. A renewal or re-issue that fails while the
-held credential still works answers the held one (the store may be back at the next poll).
+come from one read, so they are replaced together. The credential replaced is not revoked: the
+pod may use it until it reloads its files, and it ends at its own TTL. A renewal or re-issue that
+fails while the held credential still works answers the held one (the store may be back at the
+next poll), unless the store denied it.
 
 Never shared: such a value does not enter the value cache or serve-stale (provider/mount/loads.py),
 and once a ref is known to carry a lifetime, each pod reads it alone. The first read of a ref is
@@ -18,8 +20,9 @@ its own.
 A pod that stops polling (the driver tells providers nothing when a pod goes) is let go after
 `idle_after`, or after three of its own poll intervals if that is sooner (never under
 IDLE_FLOOR): its leases are revoked (`Renewing.release`), so the store's lease table does not
-grow with pod churn. The table is bounded: when full, the namespace holding the most gives up
-its least recently polled credential, released like an idle one. A provider restart loses the
+grow with pod churn. The table is bounded in entries and bytes: when full, the namespace holding
+the most (entries, or bytes when the byte bound is the one hit) gives up its least recently
+polled credential, released like an idle one. A provider restart loses the
 table: pods get new credentials at their next poll, and the old leases end at their TTL.
 """
 
@@ -46,6 +49,7 @@ from provider.core.model import (
     Source,
     lifetime_of,
 )
+from provider.mount.stale import values_size
 
 log = logging.getLogger("secrets_bridge.lifetimes")
 
@@ -94,6 +98,7 @@ class _Held:
     polled: float
     #: The longest gap seen between two of its polls (0 until the second poll).
     interval: float = 0.0
+    size: int = 0
 
     def poll(self, now: float) -> None:
         self.interval = max(self.interval, now - self.polled)
@@ -111,12 +116,16 @@ class Lifetimes:
         renew_at: float = 2 / 3,
         idle_after: float = 600.0,
         max_entries: int = 10_000,
+        max_bytes: int = 64 * 1024 * 1024,
         clock: Callable[[], float] = time.monotonic,
     ) -> None:
         self._metrics = metrics
         self._renew_at = renew_at
         self._idle_after = idle_after
         self._max_entries = max_entries
+        #: Value bytes in all (a dynamic secret's answer is the tenant's to size).
+        self._max_bytes = max_bytes
+        self._bytes = 0
         self._clock = clock
         self._held: dict[Key, _Held] = {}
         #: Which table entry holds each value object (a shared first read hands one to many).
@@ -298,18 +307,22 @@ class Lifetimes:
     # -- the table ---------------------------------------------------------------------------
 
     def _put(self, key: Key, held: _Held) -> None:
-        while len(self._held) >= self._max_entries:
-            self._evict()
+        held.size = values_size(held.values)
+        while self._held and len(self._held) >= self._max_entries:
+            self._evict(by_bytes=False)
+        while self._held and self._bytes + held.size > self._max_bytes:
+            self._evict(by_bytes=True)
         self._held[key] = held
+        self._bytes += held.size
         self._claims[id(held.values[0])] = key
         if self._sweeper is None or self._sweeper.done():
             self._sweeper = asyncio.create_task(self._sweep())
 
-    def _evict(self) -> None:
+    def _evict(self, *, by_bytes: bool) -> None:
         """The least recently polled credential of the namespace holding the most."""
         counts: dict[str, int] = {}
         for held in self._held.values():
-            counts[held.namespace] = counts.get(held.namespace, 0) + 1
+            counts[held.namespace] = counts.get(held.namespace, 0) + (held.size if by_bytes else 1)
         busiest = max(counts, key=lambda n: counts[n])
         key = min(
             (k for k, h in self._held.items() if h.namespace == busiest),
@@ -320,6 +333,7 @@ class Lifetimes:
     def _drop(self, key: Key, why: str) -> _Held | None:
         held = self._held.pop(key, None)
         if held is not None:
+            self._bytes -= held.size
             self._claims.pop(id(held.values[0]), None)
             if why == "expired":
                 self._count(held.backend.name, why)

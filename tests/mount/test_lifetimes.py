@@ -12,10 +12,17 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+import yaml
 
-from devkit.testing import Harness, make_pod
+from backends.fake import store as fake_store
+from backends.fake.options import Options as FakeOptions
+from devkit.testing import Harness, fetch_ctx, make_env, make_pod
 from provider.core.errors import MountFailed
+from provider.core.metrics import Metrics
 from provider.core.model import Pod
+from provider.mount.fetching import Fetcher
+from provider.mount.lifetimes import Owner
+from provider.mount.planning import parse_plan
 
 CREDS = [{"objectName": "creds", "secretPath": "db"}]
 KV = [{"objectName": "config", "secretPath": "config"}]
@@ -154,3 +161,32 @@ async def test_a_pod_that_stops_polling_is_let_go(tmp_path: Path, revoke: bool, 
         assert lease_of(await poll(harness, pod)) != lease_of(first)
     finally:
         await harness.backends.close()
+
+
+async def test_the_table_is_bounded_in_bytes_by_namespace_share(tmp_path: Path) -> None:
+    """A tenant sizes its dynamic secrets' answers: the bytes held are bounded too."""
+    store_file = tmp_path / "store.yaml"
+    big = {"secrets": {"db": "x" * 1000}, "leases": {"db": {"ttl": 30}}}
+    store_file.write_text(yaml.safe_dump(big))
+    backend = fake_store.create(make_env("fake", FakeOptions(store_file=str(store_file))))
+    fetcher = Fetcher(cache_ttl=0, metrics=Metrics(), max_bytes=3 * 1200)  # three of them
+    plan = parse_plan(
+        {"backend": "fake", "objects": yaml.safe_dump(CREDS)}, options_for=None, enable_fake=True
+    ).store
+    refs = [spec.ref for spec in plan.objects]
+
+    async def held(pod: Pod) -> str:
+        identity = await backend.identify(plan, pod)
+        owner = Owner(pod.uid, pod.namespace)
+        fetched = await fetcher.fetch(backend, plan, identity, refs, fetch_ctx(), None, owner)
+        (values,) = fetched.values()
+        assert not isinstance(values, BaseException)
+        return str(json.loads(values[0].content)["lease_id"])
+
+    pods = [make_pod("busy", "app", name=f"b-{i}", uid=f"busy-{i}") for i in range(2)]
+    pods += [make_pod("quiet", "app", name=f"q-{i}", uid=f"quiet-{i}") for i in range(2)]
+    first = [await held(pod) for pod in pods[:3]]
+    await held(pods[3])  # over the byte bound: busy (two of the three) gives up its oldest
+    assert [await held(pod) for pod in pods[1:3]] == first[1:3]  # still held: the same lease
+    assert await held(pods[0]) != first[0]  # evicted: a new one
+    await fetcher.close()

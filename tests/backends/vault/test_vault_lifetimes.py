@@ -196,6 +196,7 @@ async def test_a_short_lease_is_renewed_at_two_thirds_of_its_life_not_before(
         assert files(answer) == files(first)  # renewed: the same user, the same files
         if renewed_at is None and calls(polls.openbao, "sys/leases/renew"):
             renewed_at = time.monotonic() - issued
+            assert sources(answer) == {"renewed"}  # the audit trail's source of that poll
     assert renewed_at is not None
     assert 6.0 - 0.6 <= renewed_at <= 7.0  # two thirds of 9 s, at the first poll after it
     assert calls(polls.openbao, "database/creds/short") == 1
