@@ -17,6 +17,7 @@ from typing import Any, NoReturn, get_args
 
 from backends import registry
 from provider.core.errors import InvalidParameters
+from provider.core.files import DRIVER_RECV_BYTES
 from provider.core.limits import parse_rate_limits
 from provider.core.settings import (
     DEFAULT_SOCKET,
@@ -315,7 +316,14 @@ def _limits(g: Any) -> None:
     )
     flag(g, "--max-objects", 100, "most objects in one class", metavar="N", type=count())
     flag(
-        g, "--max-response-bytes", 4 * 1024 * 1024, "largest answer", metavar="BYTES", type=count()
+        g,
+        "--max-response-bytes",
+        DRIVER_RECV_BYTES,
+        "largest answer as the driver receives it (the serialized MountResponse, framing "
+        "included); match the driver's --max-call-recv-msg-size, whose default this is: the "
+        "driver refuses larger answers, so raise both together",
+        metavar="BYTES",
+        type=count(),
     )
 
 

@@ -20,6 +20,7 @@ from provider.cli.flags import (
     settings_from_args,
 )
 from provider.core.errors import InvalidParameters
+from provider.core.files import DRIVER_RECV_BYTES
 
 #: Subcommands and their one-line help. Only the chosen command's flags are built (and its
 #: module imported), so `serve` never loads the bench, the driver emulation or the dev kit.
@@ -66,8 +67,8 @@ def _add_flags(name: str, cmd: argparse.ArgumentParser) -> None:
         flag(
             g,
             "--max-response-bytes",
-            4 * 1024 * 1024,
-            "largest answer",
+            DRIVER_RECV_BYTES,
+            "largest answer as the driver receives it (serialized, framing included)",
             metavar="BYTES",
             type=count(),
         )

@@ -17,6 +17,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any, Literal, Union, get_args, get_origin, get_type_hints
 
+from provider.core.files import DRIVER_RECV_BYTES
+
 ENV_PREFIX = "SECRETS_BRIDGE_"
 DEFAULT_SOCKET = "/var/run/secrets-store-csi-providers/secrets-bridge.sock"
 
@@ -54,7 +56,8 @@ class CoreSettings:
     #: Mint pod tokens through the TokenRequest API when the driver passed none.
     token_request_fallback: bool = False
     max_objects: int = 100
-    max_response_bytes: int = 4 * 1024 * 1024
+    #: The serialized answer's limit: the driver's gRPC receive limit (provider/core/files.py).
+    max_response_bytes: int = DRIVER_RECV_BYTES
     #: Unknown keys inside objects are refused instead of warned about (upstream drops them).
     strict_parameters: bool = False
     enable_fake_backend: bool = False

@@ -1,5 +1,10 @@
 """Files from fetched values: transforms, templates, versions and the driver's path rules,
 all within --max-response-bytes (provider/mount/mounting.py memoizes the result).
+
+Two budgets: while building, paths and contents count against --max-response-bytes (so no class
+makes the provider hold much more than the limit); the finished answer is then measured as the
+driver will receive it, the serialized MountResponse (`provider.core.files.wire_size`), since
+the driver's gRPC receive limit counts the framing of every file and object version too.
 """
 
 from __future__ import annotations
@@ -11,7 +16,14 @@ from typing import Any, NamedTuple
 
 from provider.core.boundedyaml import yaml_node_budget
 from provider.core.errors import BridgeError, InvalidParameters, LimitExceeded, MountFailed
-from provider.core.files import File, ObjectVersion, overlap_problems, path_problem
+from provider.core.files import (
+    DRIVER_RECV_BYTES,
+    File,
+    ObjectVersion,
+    overlap_problems,
+    path_problem,
+    wire_size,
+)
 from provider.core.model import ObjectSpec, SecretValue
 from provider.core.versions import Versioner
 from provider.mount import templates, transforms
@@ -98,7 +110,7 @@ class Builder:
             mode = tmpl.mode if tmpl.mode is not None else _strictest(used, input_modes, permission)
             files.append(File(tmpl.path, mode, content))
             versions.append(ObjectVersion(tmpl.path, version))
-        self._check(files)
+        self._check(files, versions, len(per_object), len(plan.templates))
         return Built(tuple(files), tuple(versions), tuple(per_object))
 
     def _object_files(
@@ -134,24 +146,41 @@ class Builder:
                 out.append((path, content, version_id, version))
         return out
 
-    def _check(self, files: list[File]) -> None:
+    def _check(
+        self, files: list[File], versions: list[ObjectVersion], objects: int, templates: int
+    ) -> None:
         problems = overlap_problems([f.path for f in files])
         if problems:
             raise InvalidParameters(problems)
         if not files:
             raise InvalidParameters("the mount produced no files; the driver would keep old files")
-        total = sum(len(f.contents) + len(f.path) for f in files)
+        # The answer as it goes on the wire: the driver's gRPC receive limit counts the
+        # serialized MountResponse, framing of every file and object version included.
+        total = wire_size(files, versions)
         if total > self._max_bytes:
+            contents = sum(len(f.contents) for f in files)
+            made = _count(objects, "object")
+            if templates:
+                made += f" and {_count(templates, 'template')}"
             raise LimitExceeded(
-                f"the answer would be {total} bytes, over the provider's limit of "
-                f"{self._max_bytes} (--max-response-bytes); split the class or raise the limit "
-                "(the driver's own default limit is 4 MiB; over 1 MiB breaks sync to a Secret)"
+                f"the answer would be {total} bytes as sent to the driver ({made}, "
+                f"{_count(len(files), 'file')}: {contents} bytes of contents, "
+                f"{total - contents} of paths, modes, versions and framing), over the "
+                f"provider's limit of {self._max_bytes} "
+                "(--max-response-bytes); split the class, or raise --max-response-bytes together "
+                "with the driver's --max-call-recv-msg-size (default "
+                f"{DRIVER_RECV_BYTES}), which refuses larger answers "
+                "(over 1 MiB also breaks sync to a Kubernetes Secret)"
             )
 
 
 def plan_inputs(plan: MountPlan) -> Inputs:
     """A one-store class's objects, each keyed by its ref (several may share one read)."""
     return [(spec, spec.ref) for spec in plan.store.objects]
+
+
+def _count(n: int, noun: str) -> str:
+    return f"{n} {noun}" if n == 1 else f"{n} {noun}s"
 
 
 def _strictest(names: Sequence[str], modes: Mapping[str, int], default: int) -> int:

@@ -22,6 +22,7 @@ BAD = [
     ("x" * 256, "longer than 255"),
     ("/".join(["d" * 200] * 21), "longer than 4096"),
     ("a\0b", "NUL"),
+    ("a\ud800b", "not valid UTF-8"),  # JSON's "\ud800" in an objectName: INTERNAL before
 ]
 
 

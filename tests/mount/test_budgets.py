@@ -19,6 +19,7 @@ import pytest
 from devkit.testing import Harness, make_pod
 from provider.core.boundedyaml import MAX_YAML_NODES, load_yaml, yaml_node_budget
 from provider.core.errors import BridgeError, InvalidParameters, LimitExceeded, MountFailed
+from provider.core.files import wire_size
 from provider.core.parsing import MAX_JMESPATH_CHARS
 from provider.mount import mounting
 from provider.mount.jmes import MAX_STEPS as MAX_EXTRACT_STEPS
@@ -204,6 +205,11 @@ async def test_budget_edges(
     size: int,
 ) -> None:
     params = {"templates": templates} if templates else {}
+    # The answer is also measured as sent (issue 33): the limit is whichever budget binds, the
+    # bytes built (file: false inputs count) or the serialized answer.
+    roomy = budget_harness(tmp_path / "roomy", 1 << 20, secrets)
+    answer = await roomy.mounter.mount(roomy.request(objects, **params))
+    size = max(size, wire_size(answer.files, answer.versions))
     at_limit = budget_harness(tmp_path / "at", size, secrets)
     await at_limit.mounter.mount(at_limit.request(objects, **params))
     over = budget_harness(tmp_path / "over", size - 1, secrets)
