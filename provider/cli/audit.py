@@ -1,10 +1,13 @@
 """`secrets-bridge audit verify FILE...`: check the MAC chain of an audit trail (`serve
 --audit-log`), oldest file first, and name the first line that is missing, edited or out of
-place.
+place: within a file, and across files (each file's first line names the last MAC of the file
+before it, so files given out of order, or with a file missing between them, are refused).
 
-Exit 0: every line follows from the one before it. Exit 1: the first broken line is printed
-(evidence of deletion or edits: the chain shows tampering, it cannot prevent it). Exit 2: usage
-(no key, a file that cannot be read).
+Exit 0: every line follows from the one before it (the first file may continue an older file
+that is not given; a file that starts a new chain is accepted with its continuity unchecked,
+and both are said). Exit 1: the first broken line is printed (evidence of deletion, edits or
+disorder: the chain shows tampering, it cannot prevent it). Exit 2: usage (no key, a file that
+cannot be read).
 """
 
 from __future__ import annotations
@@ -27,7 +30,8 @@ def add_audit_flags(cmd: argparse.ArgumentParser) -> None:
         "files",
         nargs="+",
         metavar="FILE",
-        help="audit files, oldest first (a rotated file before the one that replaced it); "
+        help="audit files, oldest first (a rotated file before the one that replaced it: "
+        "audit.log.2 audit.log.1 audit.log); "
         '- is stdin (e.g. the lines of `kubectl logs` that start with {"type":"audit)',
     )
     flag(
@@ -61,9 +65,22 @@ def run(args: argparse.Namespace) -> int:
     if verdict.problem:
         print(f"broken: {verdict.problem}")
         return EXIT_BROKEN
-    starts = f"; chains start at {', '.join(verdict.starts)}" if verdict.starts else ""
-    print(f"intact: {verdict.lines} lines in {len(args.files)} file(s){starts}")
+    print("; ".join(_intact(verdict, len(args.files))))
     return EXIT_INTACT
+
+
+def _intact(verdict: auditchain.Verdict, files: int) -> list[str]:
+    said = [f"intact: {verdict.lines} lines in {files} file(s)"]
+    if verdict.continues:
+        said.append(f"{verdict.continues} continues an older file, not given")
+    if verdict.starts:
+        said.append(f"chains start at {', '.join(verdict.starts)}")
+    if verdict.unlinked:
+        said.append(
+            f"continuity with the file before unchecked at {', '.join(verdict.unlinked)} "
+            "(a new chain: a provider start on a new file, or on stderr)"
+        )
+    return said
 
 
 def _lines(name: str) -> Iterator[str]:

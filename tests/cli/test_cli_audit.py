@@ -1,11 +1,19 @@
 """`secrets-bridge audit verify`: an intact trail passes; a deleted, edited, cut or moved line
 is named (the line after a deleted one, the edited line itself); restarts and rotation keep the
-chain; exit codes 0 intact, 1 broken, 2 usage."""
+chain; across rotated files, files given out of order or with one missing between them are
+refused, a first file continuing an older one rotated away is accepted and said, new chains at a
+file boundary are accepted with their continuity unchecked, in time order only (issue 33);
+exit codes 0 intact, 1 broken, 2 usage; in-process and through the console script."""
 
 from __future__ import annotations
 
 import io
+import itertools
 import json
+import shutil
+import subprocess
+import time
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
@@ -21,14 +29,17 @@ from provider.mount.auditing import Served
 from provider.mount.mounting import MountInput, MountResult
 
 INSTALLATION_KEY = b"k" * 32
+ROOT = Path(__file__).resolve().parents[2]
+SCRIPT = shutil.which("secrets-bridge", path=str(ROOT / ".venv" / "bin")) or "secrets-bridge"
 
 
-def trail_on(sink: FileSink | StreamSink) -> AuditTrail:
+def trail_on(sink: FileSink | StreamSink, clock: Callable[[], float] = time.time) -> AuditTrail:
     trail = AuditTrail(
         sink,
         auditchain.derive_key(INSTALLATION_KEY),
         metrics=Metrics(),
         requested=lambda params: (Served("db", "fake", "secret/db"),),
+        clock=clock,
     )
     trail.start()
     return trail
@@ -193,3 +204,211 @@ def test_stderr_lines_are_marked_and_verify_from_stdin(
     assert len(audit_lines) == 3
     monkeypatch.setattr("sys.stdin", io.TextIOWrapper(io.BytesIO("".join(audit_lines).encode())))
     assert verify(capsys, key, "-")[0] == 0
+
+
+# Across files: each file's first line names the last MAC of the file before it (`previous`),
+# so files given out of order, or with a file missing between them, are refused (issue 33).
+
+
+def rotate(path: Path, trail: AuditTrail, to: str) -> None:
+    """logrotate's rename-and-create, then its postrotate SIGHUP."""
+    path.rename(path.with_name(to))
+    trail.reopen()
+
+
+def ticking(start: float = 1_790_000_000) -> Callable[[], float]:
+    ticks = itertools.count(start, 60)
+    return lambda: next(ticks)
+
+
+@pytest.fixture
+def rotated(tmp_path: Path) -> list[Path]:
+    """audit.log.2, audit.log.1, audit.log (oldest first): one provider, rotated twice."""
+    path = tmp_path / "audit.log"
+    trail = trail_on(FileSink(str(path)), clock=ticking())
+    write_mounts(trail, ["p0"])
+    rotate(path, trail, "audit.log.2")
+    write_mounts(trail, ["p1"])
+    rotate(path, trail, "audit.log.1")
+    write_mounts(trail, ["p2"])
+    trail.close()
+    return [tmp_path / "audit.log.2", tmp_path / "audit.log.1", path]
+
+
+def test_rotated_files_given_oldest_first_are_one_chain(
+    rotated: list[Path], key: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    old, mid, new = rotated
+    assert verify(capsys, key, old, mid, new) == (
+        0,
+        f"intact: 9 lines in 3 file(s); chains start at {old}:1\n",
+    )
+    # Each later file begins with a reopen naming the last MAC of the file before it.
+    for before, after in ((old, mid), (mid, new)):
+        start = json.loads(after.read_text().splitlines()[0])
+        assert (start["type"], start["reason"]) == ("audit-start", "reopen")
+        assert start["previous"] == json.loads(before.read_text().splitlines()[-1])["mac"]
+
+
+@pytest.mark.parametrize(
+    ("order", "at", "continues"),
+    [((2, 1, 0), 2, 1), ((1, 0), 1, 0), ((0, 2, 1), 2, 1), ((1, 0, 2), 1, 0)],
+    ids=["newest-first", "two-newest-first", "last-two-swapped", "first-two-swapped"],
+)
+def test_files_given_out_of_order_are_refused(
+    rotated: list[Path],
+    key: Path,
+    capsys: pytest.CaptureFixture[str],
+    order: tuple[int, ...],
+    at: int,
+    continues: int,
+) -> None:
+    code, out = verify(capsys, key, *(rotated[i] for i in order))
+    assert (code, out) == (
+        1,
+        f"broken: {rotated[at]}:1: out of order: it continues {rotated[continues]}:3, which is "
+        "given after it (give the files oldest first)\n",
+    )
+
+
+def test_a_file_missing_from_the_middle_is_refused(
+    rotated: list[Path], key: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    old, mid, new = rotated
+    gap = (
+        f"broken: {new}:1: it does not continue {old}: lines are missing between them "
+        f"(a whole file, or the end of {old})\n"
+    )
+    assert verify(capsys, key, old, new) == (1, gap)
+    empty = old.with_name("empty.log")
+    empty.touch()
+    assert verify(capsys, key, old, empty, new) == (1, gap)  # an empty file is no boundary
+    # The end of a rotated file cut off reads the same: the next file names the lost MAC.
+    lines = mid.read_text().splitlines(keepends=True)
+    rewrite(mid, lines[:-1])
+    assert verify(capsys, key, old, mid, new) == (1, gap.replace(str(old), str(mid)))
+    # ...except at the end of the newest file given: nothing names its last line yet.
+    assert verify(capsys, key, old, mid)[0] == 0
+
+
+def test_a_first_file_continuing_an_older_one_rotated_away_is_accepted_and_said(
+    rotated: list[Path], key: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    _, mid, new = rotated
+    said = "continues an older file, not given"
+    assert verify(capsys, key, mid, new) == (0, f"intact: 6 lines in 2 file(s); {mid}:1 {said}\n")
+    assert verify(capsys, key, new) == (0, f"intact: 3 lines in 1 file(s); {new}:1 {said}\n")
+
+
+def test_a_file_cut_at_a_provider_start_is_refused(
+    audit_log: Path, key: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A provider start names the last line of the file it appended to: that file's head."""
+    again = trail_on(FileSink(str(audit_log)))
+    write_mounts(again, ["q0"])
+    again.close()
+    rewrite(audit_log, audit_log.read_text().splitlines(keepends=True)[6:])
+    assert verify(capsys, key, audit_log) == (
+        1,
+        f"broken: {audit_log}:1: the head of its file is missing: this provider start "
+        "continued lines that are not before it\n",
+    )
+
+
+def test_new_chains_at_a_file_boundary_are_accepted_in_time_order_only(
+    tmp_path: Path, key: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Two provider starts on new files (a rotation the provider missed, or two containers'
+    stderr): nothing links them, so continuity is unchecked and said; their order is checked
+    by time."""
+    first, second = tmp_path / "first.log", tmp_path / "second.log"
+    write_mounts(trail_on(FileSink(str(first)), clock=ticking(1_790_000_000)), ["p0"])
+    write_mounts(trail_on(FileSink(str(second)), clock=ticking(1_790_003_600)), ["p1"])
+    assert verify(capsys, key, first, second) == (
+        0,
+        f"intact: 6 lines in 2 file(s); chains start at {first}:1, {second}:1; continuity with "
+        f"the file before unchecked at {second}:1 (a new chain: a provider start on a new "
+        "file, or on stderr)\n",
+    )
+    assert verify(capsys, key, second, first) == (
+        1,
+        f"broken: {first}:1: out of order: this new chain starts at "
+        f"2026-09-21T14:13:20.000+00:00, before the end of {second} at "
+        "2026-09-21T15:15:20.000+00:00 (give the files oldest first, unless the node's clock "
+        "was set back)\n",
+    )
+
+
+def test_files_concatenated_newest_first_on_stdin_are_refused(
+    rotated: list[Path],
+    key: Path,
+    capsys: pytest.CaptureFixture[str],
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    text = "".join(path.read_text() for path in reversed(rotated))
+    monkeypatch.setattr("sys.stdin", io.TextIOWrapper(io.BytesIO(text.encode())))
+    assert verify(capsys, key, "-") == (
+        1,
+        "broken: -:1: out of order: it continues -:6, which is given after it "
+        "(give the files oldest first)\n",
+    )
+
+
+#: Two files written by the release before issue 33 (0.1.0; pid 7, a fixed clock), under
+#: INSTALLATION_KEY: the start line's format is unchanged, so such trails are checked across
+#: files as well.
+RELEASED = {
+    "audit.log.1": [
+        '{"type":"audit-start","time":"2026-09-21T14:13:20.000+00:00","seq":0,"previous":"",'
+        '"pid":7,"version":"0.1.0","reason":"start",'
+        '"mac":"dafdf592ae3e06b383b0f2f672151973bdd5c5f8f195d5e0433cb6ad21274f98"}',
+        '{"type":"audit","time":"2026-09-21T14:14:20.000+00:00","seq":1,"event":"refused",'
+        '"code":"INVALID_ARGUMENT","message":"objects: expected a list",'
+        '"mac":"1bd6a7b8d98b793d20ce44b3002c85c0a23958913d87f97a4b5bb55fd790d644"}',
+    ],
+    "audit.log": [
+        '{"type":"audit-start","time":"2026-09-21T14:15:20.000+00:00","seq":2,'
+        '"previous":"1bd6a7b8d98b793d20ce44b3002c85c0a23958913d87f97a4b5bb55fd790d644",'
+        '"pid":7,"version":"0.1.0","reason":"reopen",'
+        '"mac":"dde1738964409eb2b12f57e5c597ec065446e980e5d7ba1657c8c5e049fc8c9a"}',
+        '{"type":"audit","time":"2026-09-21T14:16:20.000+00:00","seq":3,"event":"refused",'
+        '"code":"INVALID_ARGUMENT","message":"objects: expected a list",'
+        '"mac":"4b3f9ebb547add3d4f7deab07b976c9961cc1f39423a92617757580204ad941d"}',
+    ],
+}
+
+
+def test_a_trail_from_the_previous_release_is_checked_across_files(
+    tmp_path: Path, key: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    old, new = (tmp_path / name for name in RELEASED)
+    for path in (old, new):
+        path.write_text("".join(line + "\n" for line in RELEASED[path.name]))
+    assert verify(capsys, key, old, new)[0] == 0
+    code, out = verify(capsys, key, new, old)
+    assert code == 1 and out.startswith(f"broken: {new}:1: out of order: it continues {old}:2")
+    # Today's writer still writes this start line: the same members, in the same order.
+    path = tmp_path / "today.log"
+    trail_on(FileSink(str(path))).close()
+    start = json.loads(path.read_text())
+    assert list(start) == list(json.loads(RELEASED["audit.log"][0]))
+
+
+def test_through_the_console_script(rotated: list[Path], key: Path) -> None:
+    old, mid, new = rotated
+
+    def cli(*files: Path) -> tuple[int, str, str]:
+        argv = [SCRIPT, "audit", "verify", *map(str, files), "--hmac-key-file", str(key)]
+        done = subprocess.run(argv, capture_output=True, text=True, timeout=30)
+        return done.returncode, done.stdout, done.stderr
+
+    assert cli(old, mid, new) == (0, f"intact: 9 lines in 3 file(s); chains start at {old}:1\n", "")
+    code, out, err = cli(new, mid, old)
+    assert (code, err) == (1, "")
+    assert out == (
+        f"broken: {new}:1: out of order: it continues {mid}:3, which is given after it "
+        "(give the files oldest first)\n"
+    )
+    code, out, err = cli(old, new)
+    assert (code, err) == (1, "")
+    assert out.startswith(f"broken: {new}:1: it does not continue {old}: lines are missing")

@@ -183,6 +183,8 @@ async def test_sighup_reopens_the_file_after_logrotate_renames_it(audited: Audit
     ]
     assert new[0]["previous"] == old[-1]["mac"]
     assert verify(rotated, audited.trail) == 0
+    # Newest first: the new file's first line continues the rotated one, given after it.
+    assert verify(audited.trail, rotated) == 1
     # The end of the rotated file cut off: only the next file's first line can tell.
     cut = rotated.read_text().splitlines(keepends=True)[:-1]
     rotated.write_text("".join(cut))
