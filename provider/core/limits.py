@@ -6,7 +6,8 @@
 - Fetch slots per backend (`--max-concurrent-fetches`) and, within them, per namespace
   (`--max-concurrent-fetches-per-namespace`): a slot is held for as long as a store takes to
   answer, so without a share per namespace one tenant's hanging store would hold every slot and
-  stall every other namespace's mounts (issue 20).
+  stall every other namespace's mounts (issue 20); and a namespace with nothing in flight is
+  never kept waiting by the others, however many of them hang (issue 32).
 - `namespace_of`: the tenant of a cache key. Every identity key ends with the pod scope
   (`provider/core/identity.py::pod_scope`, built from the kubelet's own keys), whose first
   element is the pod's namespace; nothing a pod author writes can change that last element,
@@ -17,7 +18,9 @@
 from __future__ import annotations
 
 import asyncio
+import contextvars
 import time
+from collections import deque
 from collections.abc import AsyncIterator, Callable, Hashable
 from contextlib import asynccontextmanager
 
@@ -32,34 +35,143 @@ def namespace_of(key: Hashable) -> str:
 
 
 class FetchSlots:
-    """At most `total` fetch calls in flight per backend, and `per_namespace` of them per
-    namespace. A call waits for its namespace's slot first, so calls over a namespace's share
-    queue there without holding any of the backend's slots."""
+    """At most `total` loads reading per backend, and `per_namespace` of them per namespace —
+    except that a namespace with nothing in flight always gets its first slot.
+
+    Shares alone do not hold when several namespaces are busy: four namespaces whose stores
+    accept and never answer fill 4 x 16 = 64 slots, all of a backend's (issue 32). So a
+    namespace with no load in flight is never made to wait for the total: its healthy store
+    is read at once while any number of other namespaces' stores hang. The total is then
+    exceeded by at most the number of namespaces with exactly one load in flight, which the
+    node's pods bound; a namespace's second and later loads (a rollout of one namespace) keep
+    the total, so the store's quota is still protected. Waiters are admitted in arrival order
+    among those admissible; one held back by its namespace's share does not block the others.
+
+    A load gives up its slot while its store calls wait to retry (`wait_off_slot`), so a
+    failing store's backoff holds nothing, and takes it again, by the same rules, after.
+    """
 
     def __init__(self, total: int, per_namespace: int) -> None:
         self._total = max(1, total)
         self._per_namespace = max(1, min(per_namespace, self._total))
-        self._backends: dict[str, asyncio.Semaphore] = {}
-        self._namespaces: dict[tuple[str, str], asyncio.Semaphore] = {}
-        self._users: dict[tuple[str, str], int] = {}
+        #: Per backend: slots in use, and per namespace.
+        self._in_use: dict[str, int] = {}
+        self._namespaces: dict[tuple[str, str], int] = {}
+        self._waiters: deque[tuple[str, str, asyncio.Future[None]]] = deque()
+
+    def slot(self, backend: str, namespace: str) -> Slot:
+        return Slot(self, backend, namespace)
 
     @asynccontextmanager
-    async def hold(self, backend: str, namespace: str) -> AsyncIterator[None]:
-        key = (backend, namespace)
-        own = self._namespaces.get(key)
-        if own is None:
-            own = self._namespaces[key] = asyncio.Semaphore(self._per_namespace)
-        shared = self._backends.setdefault(backend, asyncio.Semaphore(self._total))
-        self._users[key] = self._users.get(key, 0) + 1
+    async def hold(self, backend: str, namespace: str) -> AsyncIterator[Slot]:
+        slot = self.slot(backend, namespace)
+        await slot.take()
+        token = _current.set(slot)
         try:
-            async with own, shared:
-                yield
+            yield slot
         finally:
-            self._users[key] -= 1
-            if not self._users[key]:
-                # Nobody holds or awaits it: forget it, so namespaces that come and go (and
-                # their names) do not accumulate.
-                del self._users[key], self._namespaces[key]
+            _current.reset(token)
+            slot.give()
+
+    def _admits(self, backend: str, namespace: str) -> bool:
+        mine = self._namespaces.get((backend, namespace), 0)
+        if mine >= self._per_namespace:
+            return False
+        return mine == 0 or self._in_use.get(backend, 0) < self._total
+
+    def _grant(self, backend: str, namespace: str) -> None:
+        self._in_use[backend] = self._in_use.get(backend, 0) + 1
+        key = (backend, namespace)
+        self._namespaces[key] = self._namespaces.get(key, 0) + 1
+
+    async def _acquire(self, backend: str, namespace: str) -> None:
+        if self._admits(backend, namespace):
+            self._grant(backend, namespace)
+            return
+        waiter = asyncio.get_running_loop().create_future()
+        entry = (backend, namespace, waiter)
+        self._waiters.append(entry)
+        try:
+            await waiter
+        except asyncio.CancelledError:
+            if waiter.done() and not waiter.cancelled():
+                self._release(backend, namespace)  # granted as we were cancelled: give it back
+            elif entry in self._waiters:
+                self._waiters.remove(entry)
+            raise
+
+    def _release(self, backend: str, namespace: str) -> None:
+        self._in_use[backend] -= 1
+        key = (backend, namespace)
+        self._namespaces[key] -= 1
+        if not self._namespaces[key]:
+            # Forget it, so namespaces that come and go (and their names) do not accumulate.
+            del self._namespaces[key]
+        for entry in list(self._waiters):
+            waiting_backend, waiting_namespace, waiter = entry
+            if waiter.done():  # cancelled while waiting; its owner is on its way out
+                self._waiters.remove(entry)
+            elif self._admits(waiting_backend, waiting_namespace):
+                self._waiters.remove(entry)
+                self._grant(waiting_backend, waiting_namespace)
+                waiter.set_result(None)
+
+
+class Slot:
+    """One load's hold on its backend's slots, given up while the load's calls wait to retry."""
+
+    def __init__(self, slots: FetchSlots, backend: str, namespace: str) -> None:
+        self._slots = slots
+        self._backend = backend
+        self._namespace = namespace
+        self.held = False
+        #: The taking in flight: the load's concurrent calls that wake from their waits share it.
+        self._taking: asyncio.Future[None] | None = None
+
+    async def take(self) -> None:
+        if self.held:
+            return
+        if self._taking is None:
+            self._taking = asyncio.ensure_future(
+                self._slots._acquire(self._backend, self._namespace)
+            )
+        taking = self._taking
+        try:
+            await asyncio.shield(taking)
+        except asyncio.CancelledError:
+            if not taking.done():
+                taking.cancel()
+            raise
+        finally:
+            if self._taking is taking and taking.done():
+                self._taking = None
+                self.held = not taking.cancelled() and taking.exception() is None
+
+    def give(self) -> None:
+        if self._taking is not None and not self._taking.done():
+            self._taking.cancel()
+        if self.held:
+            self.held = False
+            self._slots._release(self._backend, self._namespace)
+
+
+_current: contextvars.ContextVar[Slot | None] = contextvars.ContextVar("fetch_slot", default=None)
+
+
+async def wait_off_slot(seconds: float) -> None:
+    """A retry's wait: the current load's fetch slot is given up meanwhile, and taken again
+    (waiting its turn like any other load) before the next attempt."""
+    slot = _current.get()
+    if slot is None or not slot.held:
+        await asyncio.sleep(seconds)
+        if slot is not None:
+            await slot.take()  # a sibling call gave it up: run the next attempt under it
+        return
+    slot.give()
+    try:
+        await asyncio.sleep(seconds)
+    finally:
+        await slot.take()
 
 
 class RateLimiter:

@@ -15,6 +15,7 @@ from typing import TypeVar
 from tenacity import AsyncRetrying, RetryCallState, retry_if_exception, wait_random_exponential
 
 from provider.core.errors import BridgeError, StoreUnavailable, shed_tracebacks
+from provider.core.limits import wait_off_slot
 from provider.core.model import FetchContext
 
 T = TypeVar("T")
@@ -69,6 +70,8 @@ async def retry_transient(
                 on_retry(exc)
 
     retrying = AsyncRetrying(
+        # The load's fetch slot is not held while a retry waits (provider/core/limits.py).
+        sleep=wait_off_slot,
         retry=retry_if_exception(_is_transient),
         wait=_wait,
         stop=stop,

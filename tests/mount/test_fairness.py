@@ -45,22 +45,69 @@ async def test_a_namespace_holding_its_share_of_hung_reads_does_not_stall_anothe
     await fetcher.close()
 
 
-async def test_without_a_share_the_same_attack_takes_every_slot() -> None:
-    # The contrast: with a namespace's share equal to the whole pool, A has to wait.
+@pytest.mark.parametrize(
+    ("attackers", "loads_each", "share", "hung"),
+    [(4, 16, 16, 64), (100, 1, 16, 100), (1, 64, 64, 64)],
+)
+async def test_no_set_of_namespaces_takes_every_slot_from_another(
+    attackers: int, loads_each: int, share: int, hung: int
+) -> None:
+    """Issue 32, attack 1: four namespaces at their full share hold all 64 slots; a hundred
+    namespaces hold one each; one namespace's share is the whole pool. A namespace with
+    nothing in flight is served at once in each."""
     fetcher, store, _ = rig(
-        store_call_timeout=30, max_concurrent_fetches=8, max_concurrent_fetches_per_namespace=8
+        store_call_timeout=30, max_concurrent_fetches=64, max_concurrent_fetches_per_namespace=share
     )
-    store.hang_namespaces = {"b"}
+    hostile = {f"b{i}" for i in range(attackers)}
+    store.hang_namespaces = hostile
     attack = [
-        asyncio.create_task(fetcher.fetch(store, PLAN, who("b", f"sa{i}"), ["r"], fetch_ctx(30)))
-        for i in range(64)
+        asyncio.create_task(fetcher.fetch(store, PLAN, who(ns, f"sa{i}"), ["r"], fetch_ctx(30)))
+        for ns in hostile
+        for i in range(loads_each)
     ]
     await asyncio.sleep(0.1)
-    result = await fetcher.fetch(store, PLAN, who("a"), ["r"], fetch_ctx(0.5))
-    assert "did not answer" in str(result["r"])
+    # Every slot is held by a hung read (a hundred first loads go over the total of 64).
+    assert sum(store.inflight.get(ns, 0) for ns in hostile) == hung
+    start = time.monotonic()
+    result = await fetcher.fetch(store, PLAN, who("a"), ["r"], fetch_ctx(5))
+    assert result["r"][0].content == b"v1"  # type: ignore[index]
+    assert time.monotonic() - start < 0.2
     for task in attack:
         task.cancel()
     await asyncio.gather(*attack, return_exceptions=True)
+    await fetcher.close()
+
+
+async def test_a_second_load_of_a_namespace_keeps_the_total() -> None:
+    """The first-slot rule is for namespaces with nothing in flight: a busy namespace's next
+    load waits for the total like any other (a rollout still respects the store's quota)."""
+    slots = FetchSlots(2, 2)
+    async with slots.hold("vault", "b"), slots.hold("vault", "c"):
+        async with slots.hold("vault", "a"):  # a's first: admitted over the total
+            waiting = asyncio.create_task(_held(slots, "a"))
+            await asyncio.sleep(0.05)
+            assert not waiting.done()  # a's second waits for the total
+        await asyncio.sleep(0.05)
+        assert waiting.done()  # a has nothing in flight again: its first is admitted
+    assert not slots._namespaces
+
+
+async def _held(slots: FetchSlots, namespace: str) -> None:
+    async with slots.hold("vault", namespace):
+        pass
+
+
+async def test_a_slot_is_not_held_while_a_retry_waits() -> None:
+    """A refusing store's backoff holds no slot: with one slot, a second namespace's load runs
+    while the first waits to retry."""
+    fetcher, store, _ = rig(max_concurrent_fetches=1, max_concurrent_fetches_per_namespace=1)
+    store.refusing = True
+    failing = asyncio.create_task(fetcher.fetch(store, PLAN, who("b"), ["r"], fetch_ctx(6)))
+    await asyncio.sleep(0.05)  # b's first attempt was refused; it waits to retry
+    slots = fetcher._loads._slots
+    assert slots._in_use.get("hang", 0) == 0
+    failing.cancel()
+    await asyncio.gather(failing, return_exceptions=True)
     await fetcher.close()
 
 
@@ -69,7 +116,7 @@ async def test_slots_of_namespaces_that_come_and_go_are_forgotten() -> None:
     for i in range(100):
         async with slots.hold("vault", f"ns{i}"):
             pass
-    assert not slots._namespaces and not slots._users
+    assert not slots._namespaces and slots._in_use == {"vault": 0}
 
 
 async def test_large_values_of_b_do_not_evict_as_values_or_stale_copies() -> None:
