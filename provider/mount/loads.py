@@ -14,6 +14,7 @@ with the callers already waiting, never cached.
 Serve-stale (provider/mount/stale.py): a load that fails transiently answers with the last good
 copies; one whose store *refuses* an attempt (down, not slow) answers each ref it holds a copy of
 at that attempt — the mounts waiting and those joining later — and keeps retrying to refresh it.
+A denial or a not-found drops the copies (and cached values) of the refs it answers.
 
 Each backend has at most `--max-concurrent-fetches` loads reading, one namespace at most
 `--max-concurrent-fetches-per-namespace` of them, and optionally at most `--rate-limit` calls per
@@ -29,7 +30,7 @@ from collections.abc import Callable, Hashable, Mapping, Sequence
 
 from provider.core.backend import AnyBackend, Failure, FailureWatch, watch_failures
 from provider.core.caching import ExpiringCache
-from provider.core.errors import BridgeError, DeadlineExceeded
+from provider.core.errors import BridgeError, DeadlineExceeded, NotFound, PermissionDenied
 from provider.core.limits import FetchSlots, RateLimiter, namespace_of
 from provider.core.model import (
     AnyPlan,
@@ -172,6 +173,9 @@ class Loads:
             )
             fetched = {ref: error for ref in mine}
         except BridgeError as exc:
+            if _revokes(exc):  # a refused login: nothing held for this identity may answer
+                for ref in mine:
+                    self._forget((identity.key, ref))
             if not exc.transient or not self._stale.holds_all((identity.key, r) for r in mine):
                 _fail(mine, exc)
                 return
@@ -198,6 +202,8 @@ class Loads:
             if result is None:
                 result = BridgeError(f"the {plan.backend} backend returned no value")
             key = (identity.key, ref)
+            if isinstance(result, BridgeError) and _revokes(result):
+                self._forget(key)
             # A credential with a lifetime is its pod's alone: never cached, never stale.
             if not isinstance(result, BridgeError) and lifetime_of(result) is None:
                 if self._ttl > 0:
@@ -205,6 +211,11 @@ class Loads:
                 self._stale.keep(key, result)
             if not future.done():  # else answered with its stale copy when the store refused
                 future.set_result(self._or_stale(plan, identity, key, result))
+
+    def _forget(self, key: Key) -> None:
+        """What is held of `key` goes: the store denied it or no longer has it (issue 32)."""
+        self._cache.invalidate(key)
+        self._stale.forget(key)
 
     def _or_stale(self, plan: AnyPlan, identity: Identity, key: Key, result: Fetched) -> Fetched:
         """A load's outcome for `key`, or its stale copy if the store failed transiently."""
@@ -242,6 +253,11 @@ class Loads:
         for task in loads:
             task.cancel()
         await asyncio.gather(*loads, return_exceptions=True)
+
+
+def _revokes(error: BridgeError) -> bool:
+    """A denial or a not-found: the store's answer now, which a held copy must not outlive."""
+    return isinstance(error, PermissionDenied | NotFound)
 
 
 def _load_key(identity: Identity, ref: Hashable, owner: Owner | None) -> Key:

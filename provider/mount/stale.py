@@ -6,8 +6,10 @@ answered within `--serve-stale-wait`, or refused one of the read's attempts (a s
 down is not waited for) — the fetcher serves the last good value of the same identity and
 object if it is younger than the limit, logged and counted, while the one load per key keeps
 refreshing it. It never applies to denials or missing objects, and never bypasses the identity
-check (`identify` runs before any fetch). Copies are held marked "stale", so whoever is served
-one is told so (the audit trail's source), and evicted by namespace share like the value cache.
+check (`identify` runs before any fetch). A denial or a not-found drops the copy at once (and
+the value cache's entry): access revoked stays revoked through a later outage. Copies are held
+marked "stale", so whoever is served one is told so (the audit trail's source), and evicted by
+namespace share like the value cache.
 """
 
 from __future__ import annotations
@@ -78,6 +80,11 @@ class LastGood:
             # Held marked: whoever is served this copy later is served a stale value.
             copy = [dataclasses.replace(v, source="stale") for v in values]
             self._copies.put(key, copy, self.max_age)
+
+    def forget(self, key: Key) -> None:
+        """Drop the copy of `key`: the store denied it or no longer has it (issue 32), so no
+        later outage may serve what was readable before."""
+        self._copies.invalidate(key)
 
     def holds_all(self, keys: Iterable[Key]) -> bool:
         """Whether every one of `keys` has a copy to serve."""
