@@ -23,8 +23,11 @@ import time
 from collections import deque
 from collections.abc import AsyncIterator, Callable, Hashable
 from contextlib import asynccontextmanager
+from typing import TypeVar
 
-from provider.core.errors import InvalidParameters
+from provider.core.errors import InvalidParameters, LimitExceeded
+
+T = TypeVar("T")
 
 
 def namespace_of(key: Hashable) -> str:
@@ -213,3 +216,70 @@ def parse_rate_limits(text: str, known: list[str]) -> dict[str, float]:
             )
         limits[name] = rate
     return limits
+
+
+class WorkShares:
+    """CPU-bound work for tenants (parsing a class nobody parsed yet), off the event loop and
+    within each tenant's share of it (issue 32, attack 2).
+
+    Parsing a class near the size limits takes 0.2-0.4 s of pure Python; on the event loop,
+    a few volumes cycling through distinct classes took every other tenant's cached mounts from
+    about 1 ms to seconds. Here the work runs in a worker thread, one job at a time (it holds the
+    GIL; the loop gets it back every switch interval, ~5 ms, instead of after the whole parse),
+    each tenant at most one job at a time (so a tenant's next job waits behind at most one of
+    every other tenant's), and each tenant within `share` seconds of work per `window` seconds
+    (a leaky bucket): a tenant over it waits until its share frees, or is refused at once when
+    that is later than its deadline.
+    """
+
+    def __init__(
+        self, share: float, window: float, clock: Callable[[], float] = time.monotonic
+    ) -> None:
+        self._rate = share / window  # seconds of work each tenant regains per second
+        self._share = share
+        self._clock = clock
+        self._used: dict[str, tuple[float, float]] = {}  # tenant -> (seconds used, as of)
+        #: Each tenant's turn, and how many of its jobs hold or await it.
+        self._tenants: dict[str, tuple[asyncio.Lock, list[int]]] = {}
+        self._worker = asyncio.Lock()
+
+    def _owed(self, tenant: str, now: float) -> float:
+        used, since = self._used.get(tenant, (0.0, now))
+        return max(0.0, used - (now - since) * self._rate)
+
+    async def run(self, tenant: str, work: Callable[[], T], deadline: float, what: str) -> T:
+        """`work()` in a worker thread, in `tenant`'s turn and share; `what` names the work in
+        the refusal (LimitExceeded) of a tenant whose share does not free before `deadline`."""
+        lock, users = self._tenants.setdefault(tenant, (asyncio.Lock(), [0]))
+        users[0] += 1
+        try:
+            async with lock:
+                wait = (self._owed(tenant, self._clock()) - self._share) / self._rate
+                if wait > 0:
+                    if self._clock() + wait > deadline:
+                        raise LimitExceeded(
+                            f"{what}: namespace {tenant} has used its share of parsing "
+                            f"({self._share:g}s per {self._share / self._rate:g}s) on classes "
+                            "not parsed before; mounts of classes already parsed are not "
+                            "affected, and this one is retried"
+                        )
+                    await asyncio.sleep(wait)
+                async with self._worker:
+                    started = self._clock()
+                    try:
+                        return await asyncio.to_thread(work)
+                    finally:
+                        now = self._clock()
+                        self._used[tenant] = (self._owed(tenant, now) + now - started, now)
+        finally:
+            users[0] -= 1
+            if not users[0]:
+                del self._tenants[tenant]
+            self._forget_settled()
+
+    def _forget_settled(self) -> None:
+        """Tenants whose share is whole again need no entry (names come and go)."""
+        now = self._clock()
+        if len(self._used) > 64:
+            for tenant in [t for t in self._used if self._owed(t, now) == 0]:
+                del self._used[tenant]

@@ -18,6 +18,7 @@ they are parsed again, which is what every mount cost without this memo.
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 
 from provider.core.errors import InvalidParameters
@@ -59,8 +60,17 @@ class Requests:
         self._memo: Memo[tuple[str, str, str, str], Prepared] = Memo(max_entries, max_bytes)
         self._max_entry_bytes = max_entry_bytes
 
-    def prepare(self, attributes: str, secrets: str, permission: str, target_path: str) -> Prepared:
-        """The parsed request; raises `InvalidParameters` for one that does not parse."""
+    async def prepare(
+        self,
+        attributes: str,
+        secrets: str,
+        permission: str,
+        target_path: str,
+        deadline: float = math.inf,
+    ) -> Prepared:
+        """The parsed request; raises `InvalidParameters` for one that does not parse. A class
+        nobody parsed yet is parsed within the pod's namespace's share (`plan_in_turn`), by
+        `deadline` (time.monotonic())."""
         key = (attributes, secrets, permission, target_path)
         held = self._memo.get(key)
         if held is not None:
@@ -76,7 +86,9 @@ class Requests:
         }
         backend = "multi" if "stores" in params else params.get("backend", "unknown")
         try:
-            plan: MountPlan | None = self._mounter.plan(params)
+            plan: MountPlan | None = await self._mounter.plan_in_turn(
+                params, pod.namespace, deadline
+            )
         except InvalidParameters:
             plan = None  # the mount raises the class's problems, with the pod's log fields
         prepared = Prepared(mount_input, plan, fields, backend)

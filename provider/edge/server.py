@@ -73,13 +73,19 @@ class ProviderServicer(provider_pb2_grpc.CSIDriverProviderServicer):  # type: ig
         mount_input: MountInput | None = None
         audit = self._audit
         try:
-            prepared = self._requests.prepare(
-                request.attributes, request.secrets, request.permission, request.target_path
-            )
-            mount_input, fields, backend = prepared.input, prepared.fields, prepared.backend
             remaining = context.time_remaining()
             if remaining is None:
                 remaining = DEFAULT_DEADLINE
+            ends = time.monotonic() + remaining
+            prepared = await self._requests.prepare(
+                request.attributes,
+                request.secrets,
+                request.permission,
+                request.target_path,
+                deadline=ends - answer_margin(remaining),
+            )
+            mount_input, fields, backend = prepared.input, prepared.fields, prepared.backend
+            remaining = ends - time.monotonic()  # a new class may have waited for its turn
             # Our answer must reach the driver before its own deadline ends the call: the
             # mount gets the time left minus a margin, and ends itself at that deadline with a
             # message naming what it waited for; the watchdog's deadline is only the backstop.

@@ -6,7 +6,9 @@ unless every object and template succeeded and every path passed the driver's ru
 
 from __future__ import annotations
 
+import asyncio
 import dataclasses
+import functools
 import logging
 import time
 import weakref
@@ -18,6 +20,7 @@ from provider.core.backend import AnyBackend
 from provider.core.boundedyaml import yaml_node_budget
 from provider.core.errors import BridgeError, InvalidParameters, MountFailed
 from provider.core.files import File, ObjectVersion
+from provider.core.limits import WorkShares
 from provider.core.memo import Memo
 from provider.core.model import FetchContext, Pod, SecretValue, Source
 from provider.core.versions import Versioner
@@ -36,6 +39,12 @@ DEFAULT_DEADLINE = 120.0
 PLAN_CACHE_SIZE = 512
 #: Parameter text those plans may hold in all: a class may be megabytes of unused parameters.
 PLAN_CACHE_BYTES = 16 * 1024 * 1024
+#: A class's parameters as plans are kept by: the kubelet's own keys left out.
+PlanKey = frozenset[tuple[str, str]]
+#: Each namespace's share of parsing classes not parsed before: seconds of work per window
+#: (a class near the size limits costs 0.2-0.4 s; an ordinary one about a millisecond).
+PARSE_SHARE = 1.0
+PARSE_WINDOW = 10.0
 #: File bytes the memoized answers may hold in all (each is at most --max-response-bytes).
 ANSWER_CACHE_BYTES = 32 * 1024 * 1024
 
@@ -85,24 +94,53 @@ class Mounter:
         # the parameters (and the fixed provider options), so reusing them is safe.
         # A refused class is kept too (its problems), so the kubelet's retries of a class that
         # fails late in parsing do not parse it again.
-        self._plans: Memo[frozenset[tuple[str, str]], MountPlan | _Refused] = Memo(
-            PLAN_CACHE_SIZE, PLAN_CACHE_BYTES
-        )
+        self._plans: Memo[PlanKey, MountPlan | _Refused] = Memo(PLAN_CACHE_SIZE, PLAN_CACHE_BYTES)
+        #: Parsing classes nobody parsed yet: off the loop, within each namespace's share.
+        self._shares = WorkShares(PARSE_SHARE, PARSE_WINDOW)
+        self._parsing: dict[PlanKey, asyncio.Future[MountPlan | _Refused]] = {}
         self._answers: Memo[
             tuple[str, int, int, tuple[int, ...]],
             tuple[MountPlan, tuple[weakref.ref[SecretValue], ...], MountResult],
         ] = Memo(PLAN_CACHE_SIZE, ANSWER_CACHE_BYTES)
 
     def plan(self, params: Mapping[str, str]) -> MountPlan:
-        key = frozenset((k, v) for k, v in params.items() if not k.startswith(KUBELET_PREFIX))
+        """The class's plan, parsed here if nobody parsed it yet (`check`, `mount`, tests)."""
+        key = _plan_key(params)
         held = self._plans.get(key)
-        if isinstance(held, _Refused):
-            raise InvalidParameters(list(held.problems))
+        if held is None:
+            held = self._settle(params, key, self._parse(params))
+        return _verdict(held)
+
+    async def plan_in_turn(
+        self, params: Mapping[str, str], namespace: str, deadline: float
+    ) -> MountPlan:
+        """The class's plan; one nobody parsed yet is parsed off the event loop, within the
+        pod's namespace's share of parsing (WorkShares, issue 32), once for all the mounts
+        that bring it together."""
+        key = _plan_key(params)
+        held = self._plans.get(key)
         if held is not None:
-            return held
-        size = sum(len(k) + len(v) for k, v in key)
+            return _verdict(held)
+        parsing = self._parsing.get(key)
+        if parsing is None:
+            parsing = self._parsing[key] = asyncio.ensure_future(
+                self._shares.run(
+                    namespace,
+                    functools.partial(self._parse, params),
+                    deadline,
+                    f"class {params.get('secretProviderClass', '')!r}",
+                )
+            )
+            parsing.add_done_callback(lambda _f: self._parsing.pop(key, None))
+            parsed = await asyncio.shield(parsing)
+            return _verdict(self._settle(params, key, parsed))
+        await asyncio.shield(parsing)
+        return self.plan(params)  # settled by the mount that parsed it
+
+    def _parse(self, params: Mapping[str, str]) -> MountPlan | _Refused:
+        """Pure: the plan, or the class's problems (run in a worker thread by plan_in_turn)."""
         try:
-            plan = parse_plan(
+            return parse_plan(
                 params,
                 options_for=self._options_for,
                 enable_fake=self._enable_fake,
@@ -110,21 +148,31 @@ class Mounter:
                 strict=self._strict,
             )
         except InvalidParameters as exc:
-            self._plans.put(key, _Refused(tuple(exc.problems)), size)
-            raise
-        self._plans.put(key, plan, size)
-        if plan.warnings:
+            return _Refused(tuple(exc.problems))
+
+    def _settle(
+        self,
+        params: Mapping[str, str],
+        key: frozenset[tuple[str, str]],
+        parsed: MountPlan | _Refused,
+    ) -> MountPlan | _Refused:
+        """Keep a parse's verdict (a refused class too: the kubelet's retries of a class that
+        fails late in parsing do not parse it again), and log a plan's warnings once."""
+        if self._plans.get(key) is not None:
+            return parsed
+        self._plans.put(key, parsed, sum(len(k) + len(v) for k, v in key))
+        if isinstance(parsed, MountPlan) and parsed.warnings:
             # Once per distinct class (plans are cached): likely typos, unused parameters.
             log.warning(
                 "class parameters need attention",
                 extra={
                     "fields": {
                         "class": params.get("secretProviderClass", ""),
-                        "warnings": list(plan.warnings),
+                        "warnings": list(parsed.warnings),
                     }
                 },
             )
-        return plan
+        return parsed
 
     async def mount(
         self,
@@ -255,6 +303,16 @@ class _Refused:
     """A class that failed to parse: its problems, raised afresh on each hit."""
 
     problems: tuple[str, ...]
+
+
+def _plan_key(params: Mapping[str, str]) -> PlanKey:
+    return frozenset((k, v) for k, v in params.items() if not k.startswith(KUBELET_PREFIX))
+
+
+def _verdict(held: MountPlan | _Refused) -> MountPlan:
+    if isinstance(held, _Refused):
+        raise InvalidParameters(list(held.problems))
+    return held
 
 
 def _with_served(

@@ -22,12 +22,12 @@ def with_token(token: str) -> str:
     return attributes(OBJECTS, **{TOKENS: json.dumps(entry)})
 
 
-def test_the_same_fields_give_the_same_parsed_request_and_plan(tmp_path: Path) -> None:
+async def test_the_same_fields_give_the_same_parsed_request_and_plan(tmp_path: Path) -> None:
     harness = Harness(tmp_path)
     requests = Requests(harness.mounter)
-    first = requests.prepare(attributes(OBJECTS), "null", "420", VOLUME)
+    first = await requests.prepare(attributes(OBJECTS), "null", "420", VOLUME)
     # New string objects with the same text: what the driver's next poll brings.
-    again = requests.prepare("".join(attributes(OBJECTS)), "nul" + "l", "42" + "0", VOLUME)
+    again = await requests.prepare("".join(attributes(OBJECTS)), "nul" + "l", "42" + "0", VOLUME)
     assert again is first
     assert first.plan is harness.mounter.plan(first.input.params)
     assert first.fields == {
@@ -40,36 +40,41 @@ def test_the_same_fields_give_the_same_parsed_request_and_plan(tmp_path: Path) -
     assert len(requests) == 1
 
 
-def test_a_request_differing_by_one_byte_is_parsed_for_itself(tmp_path: Path) -> None:
+async def test_a_request_differing_by_one_byte_is_parsed_for_itself(tmp_path: Path) -> None:
     """Two pods' tokens (or volumes, or permissions) never share a parsed request."""
     requests = Requests(Harness(tmp_path).mounter)
-    one = requests.prepare(with_token("token-a"), "null", "420", VOLUME)
-    other = requests.prepare(with_token("token-b"), "null", "420", VOLUME)
+    one = await requests.prepare(with_token("token-a"), "null", "420", VOLUME)
+    other = await requests.prepare(with_token("token-b"), "null", "420", VOLUME)
     assert one.input.pod.tokens["vault"].token == "token-a"
     assert other.input.pod.tokens["vault"].token == "token-b"
-    assert requests.prepare(with_token("token-a"), "null", "384", VOLUME).input.permission == 384
-    assert requests.prepare(with_token("token-a"), "null", "420", VOLUME + "2") is not one
-    secret = requests.prepare(with_token("token-a"), '{"clientSecret": "s"}', "420", VOLUME)
+    narrower = await requests.prepare(with_token("token-a"), "null", "384", VOLUME)
+    assert narrower.input.permission == 384
+    assert await requests.prepare(with_token("token-a"), "null", "420", VOLUME + "2") is not one
+    secret = await requests.prepare(with_token("token-a"), '{"clientSecret": "s"}', "420", VOLUME)
     assert secret.input.pod.node_publish_secret == {"clientSecret": "s"}
     assert one.input.pod.node_publish_secret == {}
     assert len(requests) == 5
 
 
-def test_a_request_that_does_not_parse_is_refused_each_time_and_not_kept(tmp_path: Path) -> None:
+async def test_a_request_that_does_not_parse_is_refused_each_time_and_not_kept(
+    tmp_path: Path,
+) -> None:
     requests = Requests(Harness(tmp_path).mounter)
     for _ in range(2):
         with pytest.raises(InvalidParameters, match="attributes: not valid JSON"):
-            requests.prepare('{"backend": ', "null", "420", VOLUME)
+            await requests.prepare('{"backend": ', "null", "420", VOLUME)
         with pytest.raises(InvalidParameters, match="permission"):
-            requests.prepare(attributes(OBJECTS), "null", "4200", VOLUME)
+            await requests.prepare(attributes(OBJECTS), "null", "4200", VOLUME)
     assert len(requests) == 0
 
 
-def test_a_refused_class_is_not_kept_and_its_mount_raises_its_problems(tmp_path: Path) -> None:
+async def test_a_refused_class_is_not_kept_and_its_mount_raises_its_problems(
+    tmp_path: Path,
+) -> None:
     harness = Harness(tmp_path)
     requests = Requests(harness.mounter)
     raw = attributes([{"objectName": "a"}, {"objectName": "a"}])  # a duplicate objectName
-    prepared = requests.prepare(raw, "null", "420", VOLUME)
+    prepared = await requests.prepare(raw, "null", "420", VOLUME)
     assert prepared.plan is None
     assert prepared.fields["class"] == "spc"  # the failure's log line still names the pod
     assert len(requests) == 0
@@ -77,24 +82,24 @@ def test_a_refused_class_is_not_kept_and_its_mount_raises_its_problems(tmp_path:
         harness.mounter.plan(prepared.input.params)
 
 
-def test_entries_are_bounded_by_count_and_bytes(tmp_path: Path) -> None:
+async def test_entries_are_bounded_by_count_and_bytes(tmp_path: Path) -> None:
     mounter = Harness(tmp_path).mounter
     by_count = Requests(mounter, max_entries=2)
     for i in range(5):
-        by_count.prepare(with_token(f"token-{i}"), "null", "420", VOLUME)
+        await by_count.prepare(with_token(f"token-{i}"), "null", "420", VOLUME)
     assert len(by_count) == 2
     size = len(with_token("token-0")) + len("null") + len("420") + len(VOLUME)
     by_bytes = Requests(mounter, max_bytes=3 * size)
     for i in range(5):
-        by_bytes.prepare(with_token(f"token-{i}"), "null", "420", VOLUME)
+        await by_bytes.prepare(with_token(f"token-{i}"), "null", "420", VOLUME)
     assert len(by_bytes) == 3
 
 
-def test_a_huge_request_is_parsed_but_never_kept(tmp_path: Path) -> None:
+async def test_a_huge_request_is_parsed_but_never_kept(tmp_path: Path) -> None:
     """A class of megabytes of unused parameters costs its own parse, not the memo's room."""
     requests = Requests(Harness(tmp_path).mounter)
     huge = attributes(OBJECTS, padding="x" * (2 * 1024 * 1024))
     for _ in range(2):
-        prepared = requests.prepare(huge, "null", "420", VOLUME)
+        prepared = await requests.prepare(huge, "null", "420", VOLUME)
         assert prepared.plan is not None
     assert len(requests) == 0
