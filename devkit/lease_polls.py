@@ -137,7 +137,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
             changes, seconds = asyncio.run(_poll(bao, key, args, work))
             cpu_after = (_cpu_seconds(bao.process.pid), _tree_cpu(db.process.pid))
             calls = bao.audit_counts()
-            users = len(db.roles() - roles_before)
+            live = len(db.roles() - roles_before)
         finally:
             bao.stop()
             db.stop()
@@ -155,7 +155,10 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
         "seconds": round(seconds, 1),
         "store_calls": {f"{op} {path}": n for (op, path), n in sorted(calls.items())},
         "store_calls_total": sum(calls.values()),
-        "database_users_created": users,
+        # Every read of a creds path creates a lease and a database user; those revoked with
+        # their login token before the end are gone from PostgreSQL by then.
+        "leases_created": sum(n for (_op, path), n in calls.items() if "/creds/" in path),
+        "database_users_live_at_end": live,
         "certificates_issued": calls.get(("update", "pki/issue/web"), 0),
         "file_changes_after_the_first": {p: n - 1 for p, n in sorted(changes.items())},
         "openbao_cpu_s": round(cpu_after[0] - cpu_before[0], 2),
