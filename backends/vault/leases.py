@@ -131,7 +131,7 @@ def _certificate_left(data: object) -> float | None:
 
     try:
         cert = x509.load_pem_x509_certificate(data["certificate"].encode())
-    except ValueError:
+    except (ValueError, TypeError, UnicodeEncodeError):  # not a certificate: a plain value
         return None
     return (cert.not_valid_after_utc - datetime.datetime.now(datetime.UTC)).total_seconds()
 
