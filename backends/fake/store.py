@@ -96,6 +96,7 @@ class FakeBackend:
     async def fetch(
         self, plan: Plan, identity: Identity, refs: Sequence[FakeRef], ctx: FetchContext
     ) -> Mapping[FakeRef, Fetched]:
+        started = time.perf_counter()
         self.inflight += 1
         self.peak_inflight = max(self.peak_inflight, self.inflight)
         try:
@@ -107,6 +108,12 @@ class FakeBackend:
         results: dict[FakeRef, Fetched] = {}
         for ref in refs:
             results[ref] = self._read(data, ref.path, identity)
+        # Each read's duration, as every store records its calls (the reads of one fetch run
+        # together, so each took the fetch's time).
+        elapsed = time.perf_counter() - started
+        duration = self._env.metrics.backend_duration.labels("fake", "read")
+        for _ref in refs:
+            duration.observe(elapsed)
         return results
 
     def _read(self, data: Mapping[str, Any], path: str, identity: Identity) -> Fetched:

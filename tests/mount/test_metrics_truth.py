@@ -26,6 +26,8 @@ async def test_fake_reads_report_their_outcome(harness: Harness) -> None:
     text = series(harness)
     assert 'backend_calls_total{backend="fake",operation="read",outcome="ok"} 1.0' in text
     assert 'backend_calls_total{backend="fake",operation="read",outcome="NotFound"} 1.0' in text
+    # Their durations too, one per read, as every store records its calls (issue 33).
+    assert 'backend_call_duration_seconds_count{backend="fake",operation="read"} 2.0' in text
 
 
 async def test_no_value_cache_misses_without_a_value_cache(harness: Harness) -> None:
