@@ -1,4 +1,5 @@
-"""What every store's HTTP wire shares: capped bodies, our own name resolution, bounded sessions.
+"""What every store's HTTP wire shares: capped bodies, our own name resolution, bounded sessions
+(the standard proxy environment: backends/proxies.py).
 
 A SecretProviderClass names the store its pods read from, so whoever writes one can point the
 provider at a server of their own. Such a server must not be able to make the provider read an
@@ -19,6 +20,7 @@ would carry the pod's token or login body to a host the class did not name.
 from __future__ import annotations
 
 import asyncio
+import logging
 import socket
 from collections import OrderedDict
 from collections.abc import AsyncIterator, Awaitable, Callable, Hashable
@@ -32,6 +34,8 @@ from aiohttp.abc import AbstractResolver, ResolveResult
 from yarl import URL
 
 from provider.core.errors import LimitExceeded
+
+log = logging.getLogger("secrets_bridge.wire")
 
 K = TypeVar("K", bound=Hashable)
 

@@ -11,6 +11,7 @@ it needs the test extras (`bao`, `moto_server`, hvac, PyJWT). Modules, by concer
     moto       a real moto_server, and the counting/fault-injecting proxy before it
     proxy      a fault proxy for any HTTP store (429/5xx share, delay)
     hangs      a proxy that accepts and never answers (store outages)
+    connect_proxy   a forward proxy (CONNECT tunnels, plain-HTTP forwarding) that counts calls
     kube       Kubernetes API stand-ins: TokenReview, TokenRequest, ServiceAccount reads
     eks        the EKS Pod Identity agent
     fakevault  a scriptable Vault wire for faults a real server cannot produce on demand

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import ssl
 
 
 class Forwarder:
@@ -21,13 +22,16 @@ class Forwarder:
         self.port = 0
         self._server: asyncio.Server | None = None
         self._open: set[asyncio.StreamWriter] = set()
+        self._tls = False
 
     @property
     def url(self) -> str:
-        return f"http://127.0.0.1:{self.port}"
+        return f"{'https' if self._tls else 'http'}://127.0.0.1:{self.port}"
 
-    async def start(self) -> None:
-        self._server = await asyncio.start_server(self._handle, "127.0.0.1", 0)
+    async def start(self, ssl_context: ssl.SSLContext | None = None) -> None:
+        """Listen; with `ssl_context`, TLS ends here (a TLS front for a plain-HTTP store)."""
+        self._tls = ssl_context is not None
+        self._server = await asyncio.start_server(self._handle, "127.0.0.1", 0, ssl=ssl_context)
         self.port = self._server.sockets[0].getsockname()[1]
 
     async def _handle(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:

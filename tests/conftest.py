@@ -5,6 +5,10 @@ Every test runs with the provider's loggers captured at DEBUG (SDK loggers at th
 provider configures in production). After the test, each captured record — formatted exactly as
 `serve` writes it, structured fields and tracebacks included — must contain no JWT, no private
 key, no Vault/OpenBao token and none of the suite's known secret values.
+
+And no proxy from the developer's shell: every store call honours HTTPS_PROXY/NO_PROXY
+(backends/proxies.py), so a proxy set in the environment would carry the suite's loopback
+calls; the proxy tests set their own.
 """
 
 from __future__ import annotations
@@ -14,7 +18,14 @@ from collections.abc import Iterator
 
 import pytest
 
+from devkit.connect_proxy import VARIABLES as PROXY_VARIABLES
 from devkit.leaks import leaks_in
+
+
+@pytest.fixture(autouse=True)
+def no_proxy_from_the_shell(monkeypatch: pytest.MonkeyPatch) -> None:
+    for name in PROXY_VARIABLES:
+        monkeypatch.delenv(name, raising=False)
 
 
 @pytest.fixture(autouse=True)

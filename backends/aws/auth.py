@@ -25,6 +25,7 @@ from backends.aws.clients import ClientPool, Credentials
 from backends.aws.errors import translated
 from backends.aws.options import POD_IDENTITY_IPV4, POD_IDENTITY_IPV6, Options
 from backends.aws.refs import AwsStore
+from backends.proxies import Proxies, proxied_requests
 from backends.wire import MAX_SMALL_BODY, read_capped
 from provider.core.backend import BackendEnv
 from provider.core.caching import ExpiringCache
@@ -71,6 +72,9 @@ class Authenticator:
         self._options = options
         self._pool = pool
         self._annotations: ExpiringCache[str] = ExpiringCache(max_entries=4096)
+        # The agent is called as the AWS SDKs call a credentials endpoint: through HTTP_PROXY
+        # unless NO_PROXY lists it (with a proxy, list 169.254.170.23 and fd00:ec2::23 there).
+        self._request_class = proxied_requests(Proxies.from_env())
 
     async def identify(self, store: AwsStore, pod: Pod) -> Identity:
         login = await self._login(store, pod)
@@ -211,7 +215,7 @@ class Authenticator:
         )
         with self._env.metrics.backend_call("aws", "PodIdentityCredentials"), translated(what):
             async with (
-                aiohttp.ClientSession(timeout=timeout) as http,
+                aiohttp.ClientSession(timeout=timeout, request_class=self._request_class) as http,
                 # No redirect: it would carry the pod's token to the host it names.
                 http.get(
                     url, headers={"Authorization": login.token}, allow_redirects=False

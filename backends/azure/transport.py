@@ -9,6 +9,13 @@ and `--azure-connect-to` shape the session: a private CA, and a fixed address fo
 Every body the SDK reads through this session stops at a byte cap (`capped_response`), and host
 names are resolved on the backend's own bounded threads (backends/wire.py), never on the loop's
 default executor.
+
+Each request goes through the proxy HTTPS_PROXY / HTTP_PROXY / NO_PROXY choose for its URL
+(backends/wire.py `Proxies`, read when the backend is built) rather than through aiohttp's
+`trust_env`, which reads the environment and ~/.netrc at every request on the default executor
+and follows urllib's NO_PROXY rules (no CIDR ranges), unlike the other stores. Through a proxy
+the proxy resolves Entra's and the vault's names: `--azure-connect-to` applies to direct
+connections only, never to the proxy's own address.
 """
 
 from __future__ import annotations
@@ -22,6 +29,7 @@ import aiohttp
 from aiohttp.abc import AbstractResolver, ResolveResult
 
 from backends.azure.options import Options
+from backends.proxies import Proxies, proxied_requests
 from backends.wire import Resolver, capped_response
 
 #: Cap of one answer of Entra or Key Vault (a certificate with its chain is a few KiB; a page of
@@ -30,15 +38,21 @@ MAX_BODY = 4 * 1024 * 1024
 
 
 class _ConnectTo(AbstractResolver):
-    """Resolves every host name to one HOST:PORT (like curl's --connect-to)."""
+    """Resolves every host name to one HOST:PORT (like curl's --connect-to), except the names
+    in `keep` (the proxies'), which resolve as they are."""
 
-    def __init__(self, host: str, port: int, inner: AbstractResolver) -> None:
+    def __init__(
+        self, host: str, port: int, inner: AbstractResolver, keep: frozenset[str] = frozenset()
+    ) -> None:
         self._host, self._port = host, port
         self._inner = inner
+        self._keep = keep
 
     async def resolve(
         self, host: str, port: int = 0, family: socket.AddressFamily = socket.AF_INET
     ) -> list[ResolveResult]:
+        if host.lower() in self._keep:
+            return await self._inner.resolve(host, port, family)
         found = await self._inner.resolve(self._host, self._port, family)
         return [{**r, "hostname": host} for r in found]  # type: ignore[typeddict-item]
 
@@ -64,6 +78,7 @@ class SharedSession:
         self._lock = asyncio.Lock()
         self._resolver: Resolver | None = None
         self._response_class = capped_response(max_body)
+        self._proxies = Proxies.from_env()
 
     async def transport(self) -> Any:
         """A fresh SDK transport over the shared session (cheap; closing it keeps the session)."""
@@ -79,14 +94,14 @@ class SharedSession:
             self._resolver = Resolver()
         resolver: AbstractResolver = self._resolver
         if self._connect_to:
-            resolver = _ConnectTo(*self._connect_to, self._resolver)
+            resolver = _ConnectTo(*self._connect_to, self._resolver, keep=self._proxies.hosts)
         connector = aiohttp.TCPConnector(ssl=self._ssl, resolver=resolver, limit=100)
         # As azure-core's own sessions: the SDK decompresses and keeps no cookies itself.
         return aiohttp.ClientSession(
             connector=connector,
-            trust_env=True,
             cookie_jar=aiohttp.DummyCookieJar(),
             auto_decompress=False,
+            request_class=proxied_requests(self._proxies),
             response_class=self._response_class,
         )
 

@@ -9,6 +9,11 @@ belong to `retry_transient`, which knows the Mount's deadline.
 A class chooses the location, so it chooses how many regional endpoints we open: channels are
 an LRU of `MAX_CHANNELS`; one that falls out is closed `RETIRE_AFTER` later (calls in flight
 on it finish first).
+
+gRPC reads only the lower-case proxy variables itself (grpc_proxy, https_proxy, http_proxy,
+no_grpc_proxy, no_proxy), so HTTPS_PROXY and NO_PROXY, the spellings Kubernetes manifests
+use, would not apply; each channel is told instead what backends/wire.py `Proxies` decided for
+its endpoint, as for every other store call (`proxy_options`).
 """
 
 from __future__ import annotations
@@ -29,6 +34,7 @@ from google.cloud.secretmanager_v1.services.secret_manager_service.transports im
 
 from backends.gcp.dialect import GcpRef
 from backends.gcp.errors import translated
+from backends.proxies import Proxies
 from provider.core.errors import DeadlineExceeded, StoreUnavailable
 
 # The generated client logs every call's metadata (our bearer token) and response (the secret)
@@ -63,6 +69,7 @@ class SecretManager:
         self._options = options
         self._clients: OrderedDict[str, tuple[grpc.aio.Channel, Any]] = OrderedDict()
         self._retired: list[tuple[float, grpc.aio.Channel]] = []
+        self._proxies = Proxies.from_env()
 
     def endpoint(self, ref: GcpRef) -> str:
         if ref.location is None:
@@ -89,6 +96,7 @@ class SecretManager:
                 options=[
                     ("grpc.max_receive_message_length", self.max_message),
                     ("grpc.enable_retries", 0),
+                    *proxy_options(self._proxies, endpoint),
                 ],
             )
             entry = (channel, self._make_client(channel))
@@ -145,3 +153,17 @@ class SecretManager:
         self._clients, self._retired = OrderedDict(), []
         for channel in channels:
             await channel.close()
+
+
+def proxy_options(proxies: Proxies, endpoint: str) -> list[tuple[str, str | int]]:
+    """The channel arguments that send a channel to `endpoint` (host:port) through the proxy
+    `proxies` chooses, or straight to it. A gRPC target is treated as an https origin (grpc-go
+    does the same), so HTTPS_PROXY applies; the tunnel is a CONNECT either way. Without any
+    proxy variable set, gRPC is left to its own settings (e.g. its grpc_proxy variable)."""
+    if not proxies:
+        return []
+    proxy = proxies.for_url(f"https://{endpoint}")
+    if proxy is None:
+        return [("grpc.enable_http_proxy", 0)]
+    # The configured URL: gRPC sends its user:password as Proxy-Authorization itself.
+    return [("grpc.http_proxy", proxy.configured)]

@@ -6,6 +6,8 @@ account's token; a nodePublishSecretRef key's signed assertion (keyfile.py) is t
 `token_uri`. All are plain HTTPS JSON APIs, called with aiohttp on one shared session, each
 answer capped in bytes (`MAX_ANSWER`) and time (the Mount's deadline, at most `CALL_TIMEOUT`),
 never following a redirect, and reported by status and known error code only (errors.py).
+Each goes through the proxy the environment names for its URL (HTTPS_PROXY / HTTP_PROXY /
+NO_PROXY, read when the backend is built; backends/wire.py `Proxies`).
 """
 
 from __future__ import annotations
@@ -23,6 +25,7 @@ from yarl import URL
 
 from backends.gcp.dialect import Audience
 from backends.gcp.errors import http_error, is_tls_failure, tls_error, translated
+from backends.proxies import Proxies, proxied_requests
 from backends.wire import MAX_SMALL_BODY, Resolver, read_capped
 from provider.core.errors import StoreUnavailable
 from provider.core.model import FetchContext
@@ -52,6 +55,7 @@ class TokenEndpoints:
         self._ca_file = ca_file
         self._session: aiohttp.ClientSession | None = None
         self._resolver: Resolver | None = None
+        self._proxies = Proxies.from_env()
 
     async def exchange(
         self, audience: Audience, pod_token: str, subject: str, ctx: FetchContext
@@ -124,7 +128,9 @@ class TokenEndpoints:
             connector = aiohttp.TCPConnector(
                 ssl=ssl_context if ssl_context else True, resolver=self._resolver
             )
-            self._session = aiohttp.ClientSession(connector=connector)
+            self._session = aiohttp.ClientSession(
+                connector=connector, request_class=proxied_requests(self._proxies)
+            )
         seconds = max(0.1, min(CALL_TIMEOUT, ctx.deadline - time.monotonic()))
         with translated(what, subject):
             try:

@@ -12,6 +12,10 @@ The address comes from the class, so the server may be anyone's (backends/wire.p
 capped, redirects are refused (one would carry the Vault token or the pod's login to another
 host), sessions are bounded and keyed by origin, not by address, and an error answer is reported
 by status and Vault's known messages only — its body goes to a DEBUG line, redacted.
+
+Calls honour HTTPS_PROXY / HTTP_PROXY / NO_PROXY (backends/wire.py `Proxies`, read when the
+backend is built): through a proxy, `vaultTLSServerName` and the class's CA still apply to the
+TLS session with Vault inside the CONNECT tunnel.
 """
 
 from __future__ import annotations
@@ -29,6 +33,7 @@ import aiohttp
 import yarl
 
 from backends import nodefiles
+from backends.proxies import Proxies, proxied_requests, proxy_failure
 from backends.vault.dialect import TLSConfig
 from backends.wire import MAX_SESSIONS, Resolver, SessionPool, origin, read_capped
 from provider.core.backend import attempt_cutoff
@@ -139,6 +144,8 @@ class VaultHTTP:
             self._new_session, MAX_SESSIONS
         )
         self._resolver = Resolver()
+        self._proxies = Proxies.from_env()
+        self._request_class = proxied_requests(self._proxies)
 
     async def _new_session(
         self, key: tuple[tuple[str, str, int], TLSConfig]
@@ -150,7 +157,7 @@ class VaultHTTP:
             ssl=ssl_ctx if ssl_ctx else True,
             resolver=self._resolver,
         )
-        return aiohttp.ClientSession(connector=connector)
+        return aiohttp.ClientSession(connector=connector, request_class=self._request_class)
 
     async def request(
         self,
@@ -219,7 +226,7 @@ class VaultHTTP:
                 f"{doing}: Vault at {address} did not answer within {limit:.1f}s"
             ) from None
         except (aiohttp.ClientError, OSError, ValueError) as exc:
-            raise _transport_error(doing, address, exc) from None
+            raise _transport_error(doing, address, exc, self._proxies) from None
 
     @property
     def open_sessions(self) -> int:
@@ -281,9 +288,23 @@ def _retry_after(reply: Reply) -> float | None:
         return None
 
 
-def _transport_error(doing: str, address: str, exc: BaseException) -> StoreUnavailable:
+def _transport_error(
+    doing: str, address: str, exc: BaseException, proxies: Proxies | None = None
+) -> StoreUnavailable:
     """The one translation of aiohttp / ssl / OS errors."""
     detail = f"{type(exc).__name__}: {scrub(exc)}"
+    trouble = proxy_failure(exc)
+    if trouble is not None:
+        proxy = proxies.for_url(address) if proxies is not None else None
+        error = StoreUnavailable(
+            f"{doing}: Vault at {address} is reached through the proxy "
+            f"{proxy or 'of the environment'}, and {trouble}; check that the proxy allows "
+            "this host and port, or list the host in NO_PROXY"
+        )
+        # A proxy that refuses the host refuses it again; one that cannot reach it may recover.
+        status = getattr(exc, "status", 0)
+        error.transient = not 400 <= status < 500
+        return error
     if isinstance(exc, aiohttp.ClientSSLError) or _is_tls_failure(exc):
         error = StoreUnavailable(
             f"{doing}: TLS connection to Vault at {address} failed ({detail}); check "
