@@ -12,10 +12,16 @@
 Every `vault*` key may also be spelled `bao*` or `openbao*` (the OpenBao provider's names); two
 spellings of one key in one class are refused rather than one silently winning, because a pod's
 volumeAttributes can add keys to a class.
+
+A class's `vaultAddress` is `http(s)://host[:port]` with an optional path prefix (a reverse
+proxy's): the client appends `/v1/<path>`, so a query, fragment, user info or dot segment is
+refused (provider/core/parsing.py::base_url_problem), and so are '?', '#', '%' and dot segments
+in the auth mount, which becomes the login path.
 """
 
 from __future__ import annotations
 
+import re
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
@@ -23,7 +29,7 @@ from typing import Any
 from backends.vault.objects import VaultRef, parse_objects
 from backends.vault.options import Options
 from provider.core.model import ParseContext, StorePlan
-from provider.core.parsing import Problems, go_bool
+from provider.core.parsing import BASE_URL_FORM, Problems, base_url_problem, go_bool
 
 _PREFIXES = ("vault", "bao", "openbao")
 _OPENBAO_PREFIXES = ("bao", "openbao")
@@ -45,6 +51,7 @@ SPELLINGS: dict[str, tuple[str, ...]] = {
 }
 KEYS = frozenset(k for spellings in SPELLINGS.values() for k in spellings)
 DEFAULT_MOUNT = "kubernetes"
+_MOUNT_UNSAFE = re.compile(r"[?#%\\\x00-\x20\x7f]|[^\x00-\x7f]")
 
 
 @dataclass(frozen=True)
@@ -86,8 +93,11 @@ def parse(params: Mapping[str, str], ctx: ParseContext[Options]) -> StorePlan[Va
             "(also spelled vaultRoleName, baoRoleName, openbaoRoleName)"
         )
     address = values["address"] or _default_address(ctx, problems)
-    if address and not address.startswith(("http://", "https://")):
+    if values["address"]:
+        _check_address(params, address, problems)
+    elif address and not address.startswith(("http://", "https://")):
         problems.add(f"vaultAddress: expected an http:// or https:// URL, got {address!r}")
+    _check_mount(params, values["mount"], problems)
     # Connection settings: the class's value, else the provider's flag (as upstream overlays
     # its flags with the class). Under `check` there are no flags.
     options = ctx.options
@@ -126,6 +136,36 @@ def _one_spelling(params: Mapping[str, str], name: str, problems: Problems) -> s
         keys = ", ".join(k for k, _ in given)
         problems.add(f"{keys} name the same setting; set only one of them")
     return given[0][1].strip() if given else ""
+
+
+def _written(params: Mapping[str, str], name: str) -> str:
+    """The spelling of a setting the class used (for messages)."""
+    return next((k for k in SPELLINGS[name] if params.get(k, "") != ""), SPELLINGS[name][0])
+
+
+def _check_address(params: Mapping[str, str], address: str, problems: Problems) -> None:
+    """The class's address is where the login POST and every read go, as `{address}/v1/{path}`:
+    upstream's Go client keeps only scheme, user, host and path of it (a query or fragment is
+    dropped; the path is a prefix, `path.Join`ed); we refuse what it would drop, and user info,
+    rather than build a different URL than the class seems to name (provider/core/parsing.py)."""
+    problem = base_url_problem(address)
+    if problem:
+        problems.add(f"{_written(params, 'address')}: {problem}; write it as {BASE_URL_FORM}")
+
+
+def _check_mount(params: Mapping[str, str], mount: str, problems: Problems) -> None:
+    """The auth mount becomes the login path `auth/<mount>/login`, where a '?' or '#' would cut
+    the path short and yarl resolves '.', '..' and escapes; upstream's Go client escapes '?' and
+    '#' into the path and cleans dot segments. Refused, so the login goes where the text says."""
+    path = mount.strip("/")
+    if not path:
+        return
+    if _MOUNT_UNSAFE.search(path) or any(s in ("", ".", "..") for s in path.split("/")):
+        problems.add(
+            f"{_written(params, 'mount')}: an auth mount path must not hold '?', '#', '%', a "
+            "backslash, a space, a non-ASCII character or an empty, '.' or '..' segment; "
+            "expected e.g. kubernetes or clusters/prod"
+        )
 
 
 def _default_address(ctx: ParseContext[Options], problems: Problems) -> str:

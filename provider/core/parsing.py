@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import datetime
 import difflib
+import re
 from collections.abc import Mapping
 from typing import Any, NoReturn
 
@@ -338,3 +339,65 @@ def unique_names(names: list[tuple[str, str]], what: str, problems: Problems) ->
     for name, fields in seen.items():
         if len(fields) > 1:
             problems.add(f"{what} {name!r} is used by {', '.join(fields)}; names must be unique")
+
+
+#: A base URL a class names (Vault's `vaultAddress`): the client appends `/v1/<path>` to it.
+BASE_URL_FORM = (
+    "http(s)://host[:port] with an optional path prefix, e.g. https://vault.example:8200"
+)
+_SCHEMES = ("http://", "https://")
+#: Plain path segments, none of them '.' or '..'.
+_PREFIX = re.compile(r"(?:/(?!\.\.?(?:/|$))[A-Za-z0-9._~-]+)+")
+_BRACKETED = re.compile(r"\[[0-9A-Fa-f:.]+\]")
+_PORT = re.compile(r"[0-9]{1,5}")
+_SPACE_OR_CONTROL = re.compile(r"[\x00-\x20\x7f\\]")
+
+
+def base_url_problem(url: str) -> str | None:
+    """What makes `url` unfit as a base URL that API paths are appended to, or None.
+
+    Accepted: `http(s)://host[:port]`, optionally with a path prefix of plain segments (a
+    reverse proxy's, as the upstream Go clients join it: `path.Join(addr.Path, requestPath)`);
+    trailing slashes are ignored. Refused, so that a class chooses the origin and a visible
+    prefix but never the rest of a request: a query (`?`) or fragment (`#`), which would swallow
+    the appended path (`https://v/v1/secret/x#` reads `secret/x` whatever object is named); user
+    info (`user:pass@`: credentials in a class end up in messages and the audit trail, and a host
+    that reads as another); `.`, `..` and percent-escaped prefix segments (yarl resolves them);
+    backslashes, spaces, control and non-ASCII characters. The answer never quotes `url` (it
+    may hold a password).
+    """
+    scheme = next((s for s in _SCHEMES if url.startswith(s)), None)
+    if scheme is None:
+        return "expected an http:// or https:// URL"
+    for char, what in (("?", "a query ('?')"), ("#", "a fragment ('#')")):
+        if char in url:
+            return f"has {what}, which would replace the API path the provider appends"
+    if not url.isascii():  # look-alikes too: IDNA maps '？' (U+FF1F) to '?'
+        return "has a non-ASCII character; write an international host name in its xn-- form"
+    if _SPACE_OR_CONTROL.search(url):
+        return "has a space, a control character or a backslash"
+    authority, _, path = url[len(scheme) :].partition("/")
+    if "@" in authority:
+        return "has user info ('user:password@'); credentials do not belong in a class"
+    if "%" in url:
+        return "has a percent-escape ('%'); write the host and prefix unescaped"
+    host, colon, port = authority.partition(":")
+    if authority.startswith("["):  # an IPv6 literal: [::1]:8200
+        end = authority.find("]") + 1
+        host, port = authority[:end], authority[end:]
+        if not _BRACKETED.fullmatch(host) or (port and not port.startswith(":")):
+            return "has a malformed bracketed IPv6 address"
+        colon, port = port[:1], port[1:]
+    elif ":" in port:
+        return "has several ':' in the host; write an IPv6 address in brackets"
+    if not host:
+        return "has no host"
+    if colon and not (_PORT.fullmatch(port) and 0 < int(port) < 65536):
+        return "has a port that is not a number from 1 to 65535"
+    prefix = path.rstrip("/")
+    if prefix and not _PREFIX.fullmatch("/" + prefix):
+        return (
+            "has a path prefix that is not plain segments (letters, digits, '-', '.', '_', '~'; "
+            "no '.', '..' or empty segment)"
+        )
+    return None

@@ -159,6 +159,8 @@ def test_default_render_holds_the_base_objects_and_no_optional_part(default: Ren
         ("ClusterRole", "secrets-bridge"),
         ("ClusterRoleBinding", "secrets-bridge"),
         ("DaemonSet", "secrets-bridge"),
+        # On by default, as in the base: the health port is closed to tenant pods (issue 32).
+        ("NetworkPolicy", "secrets-bridge"),
         ("ResourceQuota", "secrets-bridge-node-critical-pods"),
         ("Secret", KEY_SECRET),
         ("ServiceAccount", "secrets-bridge"),
@@ -745,9 +747,8 @@ def test_chart_rbac_serviceaccount_and_quota_are_the_bases(
     assert _bodies(default, *kinds) == _bodies(base, *kinds)
 
 
-def test_chart_network_policy_when_enabled_is_the_bases(base: Rendered) -> None:
-    chart = render({"networkPolicy": {"enabled": True}})
-    assert _bodies(chart, "NetworkPolicy") == _bodies(base, "NetworkPolicy")
+def test_chart_network_policy_is_the_bases(default: Rendered, base: Rendered) -> None:
+    assert _bodies(default, "NetworkPolicy") == _bodies(base, "NetworkPolicy")
 
 
 def test_chart_token_request_fallback_is_the_overlay(overlay: Rendered) -> None:

@@ -46,7 +46,7 @@ def test_every_object_is_valid_against_the_kubernetes_schema(loadtest: Rendered)
     for doc in loadtest.docs:
         kubernetes_validate.validate(doc, version, strict=True)
     kinds = sorted(d["kind"] for d in loadtest.docs)
-    assert kinds == ["ConfigMap", "Job", "ServiceAccount"]
+    assert kinds == ["ConfigMap", "Job", "NetworkPolicy", "ServiceAccount"]
     assert {d["metadata"]["namespace"] for d in loadtest.docs} == {"secrets-bridge"}
 
 
@@ -103,3 +103,17 @@ def test_the_container_is_locked_down_and_has_a_writable_tmp(loadtest: Rendered)
     assert c["resources"]["limits"]["memory"]
     for shared in ("hostNetwork", "hostPID", "hostIPC"):
         assert not pod.get(shared, False)
+
+
+def test_the_bench_pod_alone_may_read_the_providers_metrics(loadtest: Rendered) -> None:
+    # The base admits the health port from the monitoring namespace only (issue 32); --metrics-url
+    # needs the bench's own pod admitted too, and nothing else.
+    policy = loadtest.one("NetworkPolicy")["spec"]
+    bench_labels = loadtest.one("Job")["spec"]["template"]["metadata"]["labels"]
+    assert policy["podSelector"] == {"matchLabels": {"app.kubernetes.io/name": "secrets-bridge"}}
+    assert policy["policyTypes"] == ["Ingress"]
+    ((rule,),) = [policy["ingress"]]
+    ((peer,),) = [rule["from"]]
+    assert set(peer) == {"podSelector"}  # this namespace's pods with the bench's labels
+    assert peer["podSelector"]["matchLabels"].items() <= bench_labels.items()
+    assert rule["ports"] == [{"protocol": "TCP", "port": 8098}]

@@ -202,8 +202,9 @@ def test_namespace_enforces_privileged_only_for_the_host_path(base: Rendered) ->
 
 
 def test_network_policy_admits_only_the_health_port(base: Rendered) -> None:
+    # ... and only from the monitoring namespace: tests/deploy/test_deploy_networkpolicy.py.
     policy = base.one("NetworkPolicy")["spec"]
     pod_labels = base.one("DaemonSet")["spec"]["template"]["metadata"]["labels"]
     assert policy["podSelector"]["matchLabels"].items() <= pod_labels.items()
     assert policy["policyTypes"] == ["Ingress"]
-    assert policy["ingress"] == [{"ports": [{"protocol": "TCP", "port": 8098}]}]
+    assert [rule["ports"] for rule in policy["ingress"]] == [[{"protocol": "TCP", "port": 8098}]]

@@ -3,9 +3,14 @@
 from __future__ import annotations
 
 import json
+import logging
+import time
 
+import grpc
 import pytest
 
+from devkit.serving import Provider
+from devkit.testing import attributes, mount_request
 from provider.core.errors import InvalidParameters
 from provider.edge.attributes import TOKENS, parse_request
 
@@ -80,3 +85,102 @@ def test_permission(permission: str, mode: int) -> None:
 def test_permission_refused(permission: str) -> None:
     with pytest.raises(InvalidParameters, match="permission: expected a decimal file mode"):
         parse_request(json.dumps(POD), "null", permission, "")
+
+
+# Issue 32: nesting deeper than the JSON decoder's recursion limit was a RecursionError that
+# ended as INTERNAL with a traceback in the log. The driver's JSON is at most 2 levels deep.
+DEEP = "[" * 100_000
+DEEP_OBJECT = '{"a": ' * 5_000 + "1" + "}" * 5_000
+
+
+def _deep_tokens(inner: str) -> str:
+    return '{"vault": {"token": "jwt", "expirationTimestamp": "", "x": ' + inner + "}}"
+
+
+NESTED = [
+    ("attributes", DEEP, "null", "attributes"),
+    ("attributes object", DEEP_OBJECT, "null", "attributes"),
+    ("tokens", json.dumps({**POD, TOKENS: DEEP}), "null", TOKENS),
+    ("tokens entry", json.dumps({**POD, TOKENS: _deep_tokens(DEEP_OBJECT)}), "null", TOKENS),
+    ("secrets", json.dumps(POD), DEEP, "secrets"),
+    ("tokens in secrets", json.dumps(POD), json.dumps({TOKENS: DEEP}), TOKENS),
+]
+
+
+@pytest.mark.parametrize(
+    ("attributes", "secrets", "field"), [c[1:] for c in NESTED], ids=[c[0] for c in NESTED]
+)
+def test_deep_nesting_is_refused_naming_field_and_limit(
+    attributes: str, secrets: str, field: str
+) -> None:
+    with pytest.raises(InvalidParameters) as info:
+        parse_request(attributes, secrets, "420", "")
+    message = str(info.value)
+    assert message.startswith(f"{field}: JSON nested too deeply")
+    assert "levels" in message and "\n" not in message
+    assert info.value.__cause__ is None and info.value.__suppress_context__
+
+
+def test_deep_permission_is_not_a_mode() -> None:
+    with pytest.raises(InvalidParameters, match="permission: expected a decimal file mode"):
+        parse_request(json.dumps(POD), "null", DEEP, "")
+
+
+def test_expiration_must_be_a_string() -> None:
+    tokens = json.dumps({"vault": {"token": "jwt", "expirationTimestamp": [[[1]]]}})
+    with pytest.raises(InvalidParameters, match="audience 'vault' must be"):
+        parse_request(json.dumps({**POD, TOKENS: tokens}), "null", "420", "")
+
+
+def test_long_audience_is_cut_in_the_message() -> None:
+    tokens = json.dumps({"a" * 100_000: "jwt"})
+    with pytest.raises(InvalidParameters) as info:
+        parse_request(json.dumps({**POD, TOKENS: tokens}), "null", "420", "")
+    assert len(str(info.value)) < 300
+
+
+def test_hostile_4_mib_nesting_is_refused_at_once() -> None:
+    """The decoder stops at its recursion limit: a 4 MiB request costs well under a millisecond
+    (a depth scan of the same text cost 50-1000 ms; measured for issue 32)."""
+    hostile = [
+        json.dumps({**POD, TOKENS: "[" * (4 << 20)}),
+        json.dumps({**POD, TOKENS: "[" * (2 << 20) + "]" * (2 << 20)}),
+        json.dumps({**POD, TOKENS: '{"a":' * ((4 << 20) // 5)}),
+        "[1," * ((4 << 20) // 3),
+    ]
+    for text in hostile:
+        start = time.perf_counter()
+        with pytest.raises(InvalidParameters, match="nested too deeply"):
+            parse_request(text, "null", "420", "")
+        assert time.perf_counter() - start < 0.1
+
+
+async def test_deep_nesting_over_the_socket_is_invalid_argument(
+    provider: Provider, caplog: pytest.LogCaptureFixture
+) -> None:
+    caplog.set_level(logging.DEBUG)
+    cases = [
+        (attributes([{"objectName": "api-key"}], **{TOKENS: "[" * (3 << 20)}), "null", TOKENS),
+        (
+            attributes([{"objectName": "api-key"}], **{TOKENS: _deep_tokens(DEEP_OBJECT)}),
+            "null",
+            TOKENS,
+        ),
+        ('{"a": ' + "[" * 50_000, "null", "attributes"),
+        (attributes([{"objectName": "api-key"}]), '{"a":' + "[" * 20_000, "secrets"),
+    ]
+    for attrs, secrets, field in cases:
+        with pytest.raises(grpc.aio.AioRpcError) as info:
+            await provider.stub.Mount(mount_request(attrs, secrets=secrets), timeout=10)
+        assert info.value.code() == grpc.StatusCode.INVALID_ARGUMENT
+        details = info.value.details()
+        assert details.startswith(f"{field}: JSON nested too deeply (")
+        assert "levels" in details and "\n" not in details and len(details) < 200
+    assert "Traceback" not in caplog.text and "RecursionError" not in caplog.text
+    assert "mount failed unexpectedly" not in caplog.text
+    assert not [r for r in caplog.records if r.exc_info]
+    # The provider serves the next mount as usual.
+    ok = await provider.stub.Mount(
+        mount_request(attributes([{"objectName": "api-key"}])), timeout=10
+    )
+    assert ok.files[0].contents == b"key-123"

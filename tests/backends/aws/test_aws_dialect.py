@@ -289,3 +289,59 @@ def test_aws_endpoint_flag_parses() -> None:
         "eu-west-1": "https://x",
     }
     assert endpoint_map(None) == {}
+
+
+# Issue 32: no class parameter names an AWS endpoint (endpoints are the operator's
+# --aws-endpoints); the regions become host name labels (botocore's endpoint rules), so nothing
+# that would change a URL past the label gets through. KEYS is pinned so that a parameter added
+# later is looked at here.
+HOSTILE_LABELS = [
+    "us-east-1?x=1",
+    "us-east-1#",
+    "evil.example",
+    "x@evil.example",
+    "us-east-1/x",
+    "evil.example:443",
+    "%2e%2e",
+    "..",
+    "us east 1",
+    "us-east-1\\x",
+    "us-\uff45ast-1",
+    "-us-east-1",
+]
+
+
+def test_aws_no_parameter_is_an_endpoint() -> None:
+    assert {
+        "objects",
+        "region",
+        "failoverRegion",
+        "pathTranslation",
+        "usePodIdentity",
+        "preferredAddressType",
+        "roleArn",
+    } == KEYS
+
+
+@pytest.mark.parametrize("key", ["region", "failoverRegion"])
+@pytest.mark.parametrize("value", HOSTILE_LABELS)
+def test_aws_regions_cannot_carry_url_parts(key: str, value: str) -> None:
+    params = {"region": "us-east-1", "objects": f"- {{{OBJ}}}", key: value}
+    with pytest.raises(InvalidParameters) as info:
+        parse(params, ONLINE)
+    assert f"{key}: " in str(info.value) and "is not a region name" in str(info.value)
+
+
+@pytest.mark.parametrize(
+    "arn",
+    [
+        "arn:aws:iam::111122223333:role/app?x=1",
+        "arn:aws:iam::111122223333:role/app#",
+        "arn:aws:iam::111122223333:role/a%2fb",
+        "arn:aws:iam::111122223333:role/a b",
+        "https://sts.evil.example/",
+    ],
+)
+def test_aws_role_arn_is_an_arn_not_a_url(arn: str) -> None:
+    with pytest.raises(InvalidParameters, match=r"roleArn: .* is not an IAM role ARN"):
+        parse({"region": "us-east-1", "objects": f"- {{{OBJ}}}", "roleArn": arn}, ONLINE)

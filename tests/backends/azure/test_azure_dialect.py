@@ -181,3 +181,45 @@ def test_azure_keys_list_every_top_level_parameter() -> None:
         "useAzureTokenProxy",
         "objects",
     } == KEYS
+
+
+# Issue 32: no class parameter names an Azure endpoint: keyvaultName becomes the first DNS
+# label of https://<name>.<cloud's suffix>, tenant and client ids become path segments of the
+# authority's URL, cloudName picks from a fixed table, and cloudEnvFileName names a node file
+# (the operator's). So none may carry a URL part.
+HOSTILE_NAMES = [
+    "kv1?x=1",
+    "kv1#frag",
+    "kv1@evil",
+    "evil.example/kv1",
+    "kv1:443",
+    "%2e%2e",
+    "..",
+    "kv 1",
+    "kv1\\x",
+    "kv\uff11x",
+]
+
+
+@pytest.mark.parametrize(
+    ("key", "needle"),
+    [
+        ("keyvaultName", "keyvaultName"),
+        ("tenantID", "tenantID"),
+        ("tenantId", "tenantId"),
+        ("clientID", "clientID"),
+        ("userAssignedIdentityID", "userAssignedIdentityID"),
+    ],
+)
+@pytest.mark.parametrize("value", HOSTILE_NAMES)
+def test_azure_names_cannot_carry_url_parts(key: str, needle: str, value: str) -> None:
+    params = {key: value, "tenantID": None} if key == "tenantId" else {key: value}
+    if key == "userAssignedIdentityID":
+        params |= {"useVMManagedIdentity": "true", "clientID": None}
+    assert f"{needle} " in error(**params)  # type: ignore[arg-type]
+
+
+def test_azure_keyvault_name_cannot_leave_the_clouds_domain() -> None:
+    # A dot would make the name several labels: <evil.example>.vault.azure.net is still
+    # Azure's, but "a.b" is no Key Vault name, and the pattern keeps it one label.
+    assert "keyvaultName 'evil.example'" in error(keyvaultName="evil.example")

@@ -253,3 +253,43 @@ def test_gcp_too_many_entries() -> None:
 def test_gcp_unknown_top_level_keys_are_left_to_the_core() -> None:
     plan = parse({**UPSTREAM_EXAMPLE, "somethingElse": "x"}, ONLINE)
     assert len(plan.objects) == 3
+
+
+# Issue 32: no class parameter names a Google endpoint (they are the operator's --gcp-*-endpoint
+# flags); a regional resource's location becomes a host name label of the regional endpoint,
+# and the other name parts travel inside the gRPC request, never in a URL or host.
+def test_gcp_no_parameter_is_an_endpoint() -> None:
+    from backends.gcp.dialect import KEYS
+
+    assert {"secrets", "auth"} == KEYS
+
+
+@pytest.mark.parametrize(
+    "location",
+    [
+        "us-central1?x=1",
+        "us-central1#",
+        "evil.example",
+        "x@evil",
+        "evil.example:443",
+        "%2e%2e",
+        "..",
+        "us central1",
+        "us-central1\\x",
+        "us-c\uff45ntral1",
+        "US-CENTRAL1",
+    ],
+)
+@pytest.mark.parametrize("kind", ["secrets", "parameters"])
+def test_gcp_location_cannot_carry_url_parts(location: str, kind: str) -> None:
+    name = f"projects/p/locations/{location}/{kind}/s/versions/1"
+    with pytest.raises(InvalidParameters) as info:
+        parse({"secrets": f"- {{resourceName: '{name}', path: a}}"}, ONLINE)
+    assert "secrets[0].resourceName" in str(info.value)
+
+
+@pytest.mark.parametrize("part", ["s?x=1", "s#", "s@evil", "s%2f", "s b", "s\\x", "s/x"])
+def test_gcp_name_parts_cannot_carry_url_parts(part: str) -> None:
+    for name in (f"projects/{part}/secrets/s/versions/1", f"projects/p/secrets/{part}/versions/1"):
+        with pytest.raises(InvalidParameters, match=r"secrets\[0\].resourceName"):
+            parse({"secrets": f"- {{resourceName: '{name}', path: a}}"}, ONLINE)

@@ -273,3 +273,99 @@ def test_provider_flags_are_defaults_the_class_overrides() -> None:
     )
     assert (overridden.namespace, overridden.tls.ca_cert) == ("class-ns", "/class/ca.pem")
     assert overridden.tls.skip_verify is False
+
+
+# Issue 32: the client builds `{address}/v1/{path}`, so a '?' or '#' in the address let a class
+# choose the whole path of the login POST and of every read (the audit trail naming another).
+# Upstream's Go client keeps scheme, user, host and path of the address (path.Join'ed as a
+# prefix, which a reverse proxy may need); we also refuse user info (credentials in a class).
+REFUSED_ADDRESSES = [
+    ("vaultAddress", "https://vault:8200/v1/auth/other/login?", "has a query ('?')"),
+    ("vaultAddress", "https://vault:8200/v1/secret/data/x#", "has a fragment ('#')"),
+    ("vaultAddress", "https://vault:8200?x=1", "has a query ('?')"),
+    ("baoAddress", "http://bao:8200/?", "has a query ('?')"),
+    ("openbaoAddress", "https://bao:8200#", "has a fragment ('#')"),
+    ("vaultAddress", "https://admin:hunter2@vault:8200", "has user info"),
+    ("openbaoAddress", "https://vault.corp@evil.example", "has user info"),
+    ("vaultAddress", "https://vault:8200/a/../v1/secret", "path prefix that is not plain"),
+    ("vaultAddress", "https://vault:8200/./x", "path prefix that is not plain"),
+    ("vaultAddress", "https://vault:8200//x", "path prefix that is not plain"),
+    ("vaultAddress", "https://vault:8200/a;b", "path prefix that is not plain"),
+    ("baoAddress", "https://vault:8200/%2e%2e/sys", "percent-escape"),
+    ("vaultAddress", "https://vault\\@evil/", "backslash"),
+    ("vaultAddress", "https://vault:8200/a b", "a space"),
+    ("vaultAddress", "https://vault:8200/\x00", "control character"),
+    ("vaultAddress", "https://vault\uff1f.example", "non-ASCII"),
+    ("vaultAddress", "https://vault:99999", "port that is not a number from 1 to 65535"),
+    ("vaultAddress", "https://vault:x", "port that is not a number"),
+    ("vaultAddress", "https://vault:8200:1", "several ':'"),
+    ("vaultAddress", "https://[::1", "malformed bracketed IPv6"),
+    ("vaultAddress", "https://:8200", "has no host"),
+    ("openbaoAddress", "https://", "has no host"),
+    ("vaultAddress", "vault:8200", "expected an http:// or https:// URL"),
+]
+
+
+@pytest.mark.parametrize(("key", "address", "needle"), REFUSED_ADDRESSES)
+def test_store_address_takes_no_query_fragment_or_user_info(
+    key: str, address: str, needle: str
+) -> None:
+    with pytest.raises(InvalidParameters) as info:
+        parse({"roleName": "app", "objects": OBJECTS, key: address}, ONLINE)
+    message = str(info.value)
+    assert message.startswith(f"{key}: ") and needle in message
+    assert "e.g. https://vault.example:8200" in message  # the fix
+    assert "\n" not in message and "hunter2" not in message
+
+
+@pytest.mark.parametrize(
+    ("address", "stored"),
+    [
+        ("https://vault.example:8200", "https://vault.example:8200"),
+        ("https://vault.example:8200/", "https://vault.example:8200"),
+        ("http://10.0.0.7:8200", "http://10.0.0.7:8200"),
+        ("https://[fd00::1]:8200", "https://[fd00::1]:8200"),
+        ("http://[::1]", "http://[::1]"),
+        # A path prefix: Vault behind a reverse proxy (upstream path.Joins it too).
+        ("https://gateway.example/vault", "https://gateway.example/vault"),
+        (
+            "https://gateway.example/teams/a_b/vault-1.2~x/",
+            "https://gateway.example/teams/a_b/vault-1.2~x",
+        ),
+        ("https://vault.example", "https://vault.example"),
+    ],
+)
+def test_plain_addresses_and_path_prefixes_are_accepted(address: str, stored: str) -> None:
+    assert store_of({"roleName": "app", "openbaoAddress": address}).address == stored
+
+
+def test_provider_default_address_is_the_operators() -> None:
+    # --vault-addr is the operator's, not a tenant's: only a class's own address is checked.
+    ctx = ParseContext(options=Options(addr="https://vault.example:8200/ops"))
+    assert store_of({"roleName": "app"}, ctx).address == "https://vault.example:8200/ops"
+
+
+@pytest.mark.parametrize(
+    ("key", "mount"),
+    [
+        ("vaultAuthMountPath", "kubernetes/login?"),
+        ("vaultAuthMountPath", "jwt#"),
+        ("vaultKubernetesMountPath", "../../sys/tools/random"),
+        ("openbaoAuthMountPath", "a/./b"),
+        ("baoAuthMountPath", "a//b"),
+        ("vaultAuthMountPath", "%2e%2e/sys"),
+        ("vaultAuthMountPath", "a\\b"),
+        ("vaultAuthMountPath", "a b"),
+        ("vaultAuthMountPath", "k\u00e9"),
+    ],
+)
+def test_auth_mount_cannot_cut_or_climb_the_login_path(key: str, mount: str) -> None:
+    with pytest.raises(InvalidParameters) as info:
+        parse({"roleName": "app", "objects": OBJECTS, key: mount}, ONLINE)
+    message = str(info.value)
+    assert message.startswith(f"{key}: an auth mount path must not hold") and "\n" not in message
+
+
+@pytest.mark.parametrize("mount", ["kubernetes", "clusters/prod", "/jwt/", "k8s_prod-1.a"])
+def test_plain_auth_mounts_are_accepted(mount: str) -> None:
+    assert store_of({"roleName": "app", "vaultAuthMountPath": mount}).mount == mount.strip("/")
