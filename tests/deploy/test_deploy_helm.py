@@ -405,6 +405,9 @@ EVERY_VALUE: list[tuple[dict[str, Any], str, Any]] = [
     ({"azure": {"caFile": "/etc/ca/a.pem"}}, "azure__ca_file", "/etc/ca/a.pem"),
     ({"azure": {"connectTo": "proxy:8443"}}, "azure__connect_to", "proxy:8443"),
     ({"extraArgs": ["--kube-api-url=https://k8s:6443"]}, "kube_api_url", "https://k8s:6443"),
+    ({"lifetimes": {"renewAt": "1/2"}}, "renew_at", 0.5),
+    ({"lifetimes": {"leaseIdleAfter": 300}}, "lease_idle_after", 300.0),
+    ({"lifetimes": {"maxHeldCredentials": 500}}, "max_held_credentials", 500),
 ]
 
 #: serve flags on purpose without a value of their own: tests only, or fixed by the chart.

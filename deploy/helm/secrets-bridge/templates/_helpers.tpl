@@ -100,6 +100,9 @@ differs from the provider's default. Call with (list "flag-name" $value $default
 {{- include "secrets-bridge.optionalFlag" (list "rate-limit" (include "secrets-bridge.rateLimits" .) "") }}
 {{- include "secrets-bridge.optionalFlag" (list "max-objects" .Values.limits.maxObjects 100) }}
 {{- include "secrets-bridge.optionalFlag" (list "max-response-bytes" .Values.limits.maxResponseBytes 4194304) }}
+{{- include "secrets-bridge.optionalFlag" (list "renew-at" .Values.lifetimes.renewAt "2/3") }}
+{{- include "secrets-bridge.optionalFlag" (list "lease-idle-after" .Values.lifetimes.leaseIdleAfter 600) }}
+{{- include "secrets-bridge.optionalFlag" (list "max-held-credentials" .Values.lifetimes.maxHeldCredentials 10000) }}
 {{- include "secrets-bridge.optionalFlag" (list "allow-node-identity-namespaces" (join "," .Values.allowNodeIdentityNamespaces) "") }}
 {{- if .Values.strictParameters }}
 - --strict-parameters
