@@ -238,7 +238,7 @@ class Authenticator:
 def _json(body: bytes) -> Any:
     try:
         return json.loads(body)
-    except ValueError:
+    except (ValueError, RecursionError):
         return None
 
 

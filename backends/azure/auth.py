@@ -90,7 +90,7 @@ def _read_cloud_file(path: str) -> tuple[str, str]:
     raw = nodefiles.read_node_file(path, field, MAX_CLOUD_FILE, holding)
     try:
         data = json.loads(raw)
-    except ValueError:
+    except (ValueError, RecursionError):
         data = None
     authority = data.get("activeDirectoryEndpoint") if isinstance(data, dict) else None
     suffix = data.get("keyVaultDNSSuffix") if isinstance(data, dict) else None

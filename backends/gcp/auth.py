@@ -202,7 +202,7 @@ def _delegates(raw: str | None, subject: str) -> list[str]:
         return []
     try:
         value = json.loads(raw)
-    except ValueError:
+    except (ValueError, RecursionError):
         value = None
     if not isinstance(value, list) or not all(isinstance(v, str) for v in value):
         raise InvalidParameters(

@@ -166,7 +166,7 @@ def known_codes(body: str) -> str:
     """`invalid_grant` or `PERMISSION_DENIED`: the known codes of a JSON error body."""
     try:
         payload = json.loads(body)
-    except ValueError:
+    except (ValueError, RecursionError):
         return ""
     if not isinstance(payload, dict):
         return ""

@@ -153,7 +153,7 @@ class TokenEndpoints:
                 raise
         try:
             parsed = json.loads(text)
-        except ValueError:
+        except (ValueError, RecursionError):
             parsed = None
         if not isinstance(parsed, dict):
             raise StoreUnavailable(f"{what}: the answer is not a JSON object")

@@ -51,7 +51,7 @@ def parse_key(key_json: str, options: Options | None) -> ServiceAccountKey:
     """The key's login material, or InvalidParameters naming the field at fault."""
     try:
         info = json.loads(key_json)
-    except ValueError:
+    except (ValueError, RecursionError):
         info = None
     if not isinstance(info, dict) or info.get("type") != "service_account":
         raise InvalidParameters(

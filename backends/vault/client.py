@@ -101,7 +101,7 @@ class Reply:
     def json(self) -> dict[str, Any]:
         try:
             value = json.loads(self.body) if self.body else {}
-        except ValueError:
+        except (ValueError, RecursionError):
             return {}
         return value if isinstance(value, dict) else {}
 

@@ -211,7 +211,7 @@ def _value(reply: Reply, doing: str) -> _Read | BridgeError:
         return NotFound(f"{doing}: Vault answered HTTP {reply.status} with no data")
     try:
         payload: Any = json.loads(reply.body)
-    except ValueError:
+    except (ValueError, RecursionError):
         payload = None
     if not isinstance(payload, dict):
         error = StoreUnavailable(

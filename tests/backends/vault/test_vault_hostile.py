@@ -290,3 +290,22 @@ async def test_sessions_are_keyed_by_origin_and_bounded(
         assert len(os.listdir("/proc/self/fd")) - fds_before <= 8 + MAX_SESSIONS
     finally:
         await http.close()
+
+
+@pytest.mark.parametrize("where", ["login", "read"])
+async def test_deeply_nested_json_is_an_answer_like_any_other_not_a_crash(
+    backend: VaultBackend, servers: Callable[[Handler], Awaitable[Server]], where: str
+) -> None:
+    """A tenant's own Vault answering 100,000 levels of `[`: the JSON decoder's recursion
+    limit is a malformed answer (a one-line error), never a RecursionError (INTERNAL)."""
+    nested = web.Response(body=b"[" * 100_000, content_type="application/json")
+
+    async def deep(request: web.Request) -> web.StreamResponse:
+        if is_login(request) and where == "read":
+            return await login_ok()(request)
+        return nested
+
+    server = await servers(deep)
+    outcome = await fetch(backend, plan_at(server.addr))
+    assert isinstance(outcome, BridgeError), outcome
+    assert "\n" not in str(outcome)
