@@ -7,7 +7,10 @@ from dataclasses import dataclass, field
 class Options:
     store_file: str | None = field(
         default=None,
-        metadata={"help": "YAML/JSON file with the fake store's secrets (re-read when it changes)"},
+        metadata={
+            "help": "YAML/JSON file with the fake store's secrets, re-read when it changes "
+            "(required with --enable-fake-backend: the store holds nothing else)"
+        },
     )
     latency: float = field(
         default=0.0,

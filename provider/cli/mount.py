@@ -11,9 +11,11 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import errno
 import json
 import os
 import shutil
+import stat
 import sys
 import tempfile
 import time
@@ -32,6 +34,104 @@ from provider.core.files import path_problem
 from provider.core.settings import ServeSettings
 
 DATA_DIR = "..data"
+
+
+class Unusable(Exception):
+    """A path or file `mount` (or `bench`) cannot use, as one line: `exit_code` is 2 when the
+    command line alone is wrong, 1 when what it names on this node is."""
+
+    def __init__(self, message: str, *, usage: bool = False) -> None:
+        super().__init__(message)
+        self.exit_code = 2 if usage else 1
+
+
+def provider_socket(path: str, flag: str) -> str:
+    """The absolute path of a running provider's socket, checked the way a dial would fail, so
+    that the failure is one line naming the path and the fix instead of gRPC's log noise (a
+    relative path is resolved against the working directory, as every path flag is)."""
+    from provider.edge.startup import UNIX_PATH_MAX, connect_error
+
+    full = os.path.abspath(path)
+    named = f"{flag} {path}" + (f" ({full})" if full != path else "")
+    size = len(os.fsencode(full))
+    if size > UNIX_PATH_MAX:
+        raise Unusable(
+            f"{named}: {size} bytes is too long for a Unix socket path (at most "
+            f"{UNIX_PATH_MAX}); name it through a shorter path, such as a symlink to its directory",
+            usage=True,
+        )
+    try:
+        st = os.stat(full)
+    except (FileNotFoundError, NotADirectoryError):
+        raise Unusable(
+            f"{named}: nothing there; start the provider (secrets-bridge serve --socket {full}), "
+            "or name the socket it serves on (on a node, "
+            "/var/run/secrets-store-csi-providers/secrets-bridge.sock)"
+        ) from None
+    except OSError as exc:
+        raise Unusable(f"{named}: cannot reach it ({_reason(exc)}); run as root") from None
+    if not stat.S_ISSOCK(st.st_mode):
+        kind = "a directory" if stat.S_ISDIR(st.st_mode) else "a file"
+        raise Unusable(f"{named}: not a socket ({kind}); name the socket the provider serves on")
+    refused = connect_error(full)
+    if refused is None:
+        return full
+    if refused.errno in (errno.EACCES, errno.EPERM):
+        raise Unusable(
+            f"{named}: permission denied (the socket admits uid {st.st_uid} and gid {st.st_gid} "
+            f"only, like the driver, which dials as root; this process runs as uid "
+            f"{os.geteuid()}); run as root"
+        )
+    if refused.errno == errno.ECONNREFUSED:
+        raise Unusable(
+            f"{named}: nobody is listening there (the socket of a provider that stopped); start "
+            "the provider, or name the socket of one that serves"
+        )
+    raise Unusable(f"{named}: cannot connect ({_reason(refused)}); is the provider running?")
+
+
+def _reason(exc: OSError) -> str:
+    return (exc.strerror or str(exc) or type(exc).__name__).lower()
+
+
+def _read(named: str, path: str) -> str:
+    """The text of the file at `path`, which `named` (the flag and its value) names; Unusable
+    (exit 1) when it cannot be read."""
+    try:
+        with open(path, encoding="utf-8") as fh:
+            return fh.read()
+    except (OSError, UnicodeDecodeError) as exc:
+        why = _reason(exc) if isinstance(exc, OSError) else "not UTF-8 text"
+        raise Unusable(f"{named}: cannot read it ({why})") from None
+
+
+def _yaml(flag: str, path: str) -> object:
+    try:
+        return yaml.safe_load(_read(f"{flag} {path}", path))
+    except yaml.YAMLError as exc:
+        where = getattr(exc, "problem_mark", None)
+        at = f" at line {where.line + 1}" if where is not None else ""
+        raise Unusable(f"{flag} {path}: not valid YAML{at}") from None
+
+
+def usage_problem(args: argparse.Namespace) -> str | None:
+    """What is wrong with the command line itself (exit 2), before anything is read."""
+    try:
+        mode = int(args.permission, 8)
+    except ValueError:
+        mode = -1
+    if not 0 <= mode <= 0o777:
+        return f"--permission {args.permission}: expected an octal file mode such as 0644"
+    if not args.timeout > 0:
+        return f"--timeout {args.timeout:g}: expected a number of seconds above 0"
+    for item in args.volume_attribute:
+        if "=" not in item:
+            return f"--volume-attribute {item!r}: expected KEY=VALUE"
+    for item in args.token:
+        audience, sep, path = item.partition("=")
+        if not sep or not audience or not path:
+            return f"--token {item!r}: expected AUDIENCE=FILE"
+    return None
 
 
 def add_mount_flags(p: argparse.ArgumentParser) -> None:
@@ -81,9 +181,8 @@ class CSIDriverRules:
 
 
 def load_csidriver(path: str) -> CSIDriverRules:
-    with open(path, encoding="utf-8") as fh:
-        doc = yaml.safe_load(fh) or {}
-    spec = doc.get("spec") or {}
+    doc = _yaml("--csidriver", path) or {}
+    spec = (doc.get("spec") if isinstance(doc, dict) else None) or {}
     modes = spec.get("volumeLifecycleModes") or ["Persistent"]
     requests = spec.get("tokenRequests")
     audiences = None if requests is None else frozenset(r.get("audience", "") for r in requests)
@@ -143,8 +242,7 @@ def build_request(
     attributes.update(pod)
     secrets = "null"
     if args.node_publish_secret:
-        with open(args.node_publish_secret, encoding="utf-8") as fh:
-            secrets = json.dumps(yaml.safe_load(fh) or {})
+        secrets = json.dumps(_yaml("--node-publish-secret", args.node_publish_secret) or {})
     return provider_pb2.MountRequest(
         attributes=json.dumps(attributes),
         secrets=secrets,
@@ -166,8 +264,7 @@ def read_tokens(items: list[str], rules: CSIDriverRules | None) -> dict[str, str
                 file=sys.stderr,
             )
             continue
-        with open(path, encoding="utf-8") as fh:
-            tokens[audience] = fh.read().strip()
+        tokens[audience] = _read(f"--token {item}", path).strip()
     return tokens
 
 
@@ -246,7 +343,7 @@ def write_atomically(target: str, files: list[tuple[str, int, bytes]]) -> None:
 @contextlib.asynccontextmanager
 async def _provider(args: argparse.Namespace, settings: ServeSettings) -> AsyncIterator[str]:
     if args.provider_socket:
-        yield args.provider_socket
+        yield provider_socket(args.provider_socket, "--provider-socket")
         return
     from provider.core.metrics import Metrics
     from provider.edge.app import build_mounter
@@ -284,6 +381,12 @@ def _fail(message: str) -> int:
 async def run(args: argparse.Namespace, settings: ServeSettings) -> int:
     from provider.edge.server import dial
 
+    if problem := usage_problem(args):
+        print(
+            f"secrets-bridge mount: error: {problem}; see secrets-bridge mount --help",
+            file=sys.stderr,
+        )
+        return 2
     if _not_a_directory(args.target):
         return _fail(f"--target {args.target} exists and is not a directory; name a directory")
     try:
@@ -310,6 +413,9 @@ async def run(args: argparse.Namespace, settings: ServeSettings) -> int:
             stub = provider_pb2_grpc.CSIDriverProviderStub(channel)
             response = await stub.Mount(request, timeout=args.timeout, wait_for_ready=True)
         check_response(response)
+    except Unusable as exc:
+        print(f"secrets-bridge mount: {exc}", file=sys.stderr)
+        return exc.exit_code
     except InvalidParameters as exc:
         return _fail(f"mount refused: {exc}")
     except grpc.aio.AioRpcError as exc:

@@ -6,6 +6,8 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import dataclasses
+import errno
 import gc
 import logging
 import os
@@ -21,7 +23,7 @@ from provider.core.limits import namespace_of
 from provider.core.metrics import Metrics
 from provider.core.settings import CoreSettings, ServeSettings
 from provider.core.versions import Versioner
-from provider.edge import auditchain, http, loops
+from provider.edge import auditchain, http, loops, startup
 from provider.edge.audit import AuditTrail, open_sink
 from provider.edge.server import ProviderServicer, build_server
 from provider.edge.startup import (
@@ -134,31 +136,41 @@ async def serve(
     ready: asyncio.Event | None = None,
     stop: asyncio.Event | None = None,
 ) -> int:
-    """Serve until SIGTERM/SIGINT (or `stop` is set, for tests and the demo)."""
+    """Serve until SIGTERM/SIGINT (or `stop` is set, for tests and the demo).
+
+    A start that is refused (a StartupError: one line for the operator) leaves nothing behind:
+    no socket, no audit line, no directory it created, nothing listening.
+    """
+    settings = dataclasses.replace(settings, socket=startup.absolute(settings.socket))
     metrics = Metrics()
-    mounter, backends = build_mounter(settings, metrics)
-    audit = open_audit(settings, metrics, mounter)
-    servicer = ProviderServicer(
-        mounter=mounter,
-        metrics=metrics,
-        audit=audit,
-        log_repeats_every=settings.log_repeats_every,
-    )
-    server = build_server(servicer, max_send_bytes=settings.core.max_response_bytes + 65536)
-    # Nothing is bound before every check passed: a refused start leaves no socket behind.
-    await claim_socket(settings.socket)
+    # The socket's path first: a bad one is refused before anything is built, logged or
+    # written to the audit trail.
+    claim = await claim_socket(settings.socket)
+    backends: Backends | None = None
+    audit: AuditTrail | None = None
+    runner: Any = None
     try:
-        runner = await http.start(
-            http.build_app(socket_path=settings.socket, metrics=metrics), settings.health_addr
+        mounter, backends = build_mounter(settings, metrics)
+        audit = open_audit(settings, metrics, mounter)
+        servicer = ProviderServicer(
+            mounter=mounter,
+            metrics=metrics,
+            audit=audit,
+            log_repeats_every=settings.log_repeats_every,
         )
-    except OSError as exc:
-        await backends.close()
+        server = build_server(servicer, max_send_bytes=settings.core.max_response_bytes + 65536)
+        runner = await _listen_http(settings, metrics)
+        # Nothing is bound before every check passed: a refused start leaves no socket behind.
+        ours = await _bind(server, settings.socket)
+    except BaseException:
+        if runner is not None:
+            await runner.cleanup()
+        claim.abandon()
+        if backends is not None:
+            await backends.close()
         if audit is not None:
             audit.close()
-        raise StartupError(
-            f"--health-addr {settings.health_addr}: cannot listen ({exc.strerror or exc})"
-        ) from None
-    ours = await _bind(server, settings.socket)
+        raise
     # Everything imported and built so far lives as long as the process: move it out of the
     # collector's reach, so a full collection walks only what mounts allocate (measured: a
     # full collection of the start-up heap stalls the loop ~50 ms, the p99.9 of cached mounts).
@@ -196,6 +208,20 @@ async def serve(
     return 0
 
 
+async def _listen_http(settings: ServeSettings, metrics: Metrics) -> Any:
+    """/healthz, /readyz and /metrics on `--health-addr`; a StartupError when it is taken."""
+    try:
+        return await http.start(
+            http.build_app(socket_path=settings.socket, metrics=metrics), settings.health_addr
+        )
+    except OSError as exc:
+        reason = os.strerror(exc.errno).lower() if exc.errno else str(exc)
+        raise StartupError(
+            f"--health-addr {settings.health_addr}: cannot listen ({reason}); "
+            "stop what listens there, or choose another --health-addr"
+        ) from None
+
+
 def open_audit(settings: ServeSettings, metrics: Metrics, mounter: Mounter) -> AuditTrail | None:
     """The audit trail of `--audit-log`, its first line written; a StartupError when it cannot
     be opened or written, or has no installation key to seal its lines with."""
@@ -213,8 +239,21 @@ def open_audit(settings: ServeSettings, metrics: Metrics, mounter: Mounter) -> A
         trail.start()
     except (OSError, ValueError) as exc:
         reason = exc.strerror if isinstance(exc, OSError) and exc.strerror else str(exc)
-        raise StartupError(f"--audit-log {target}: cannot write it ({reason})") from None
+        raise StartupError(
+            f"--audit-log {target}: cannot write it ({reason}); {_audit_fix(target, exc)}"
+        ) from None
     return trail
+
+
+def _audit_fix(target: str, exc: Exception) -> str:
+    """What the operator can do about an audit log that cannot be written."""
+    code = exc.errno if isinstance(exc, OSError) else None
+    directory = os.path.dirname(os.path.abspath(target))
+    if code in (errno.ENOENT, errno.ENOTDIR):
+        return f"create the directory {directory}, or choose another --audit-log (- is stderr)"
+    if code in (errno.EACCES, errno.EPERM, errno.EROFS):
+        return "make it writable for serve, or choose another --audit-log (- is stderr)"
+    return "choose another --audit-log (- is stderr)"
 
 
 async def _bind(server: Any, path: str) -> tuple[int, int] | None:
@@ -223,17 +262,27 @@ async def _bind(server: Any, path: str) -> tuple[int, int] | None:
     gRPC unlinks its listening path when it stops, whatever is there by then; so it binds a
     private name beside `path`, which is then renamed into place (atomically). At shutdown gRPC
     removes only that private name (long gone), and `release_socket` removes `path` only if it
-    is still ours.
+    is still ours. `claim_socket` has already bound the private name once, so a failure here is
+    not expected; it is still one line.
     """
-    private = os.path.join(os.path.dirname(path) or ".", f".{os.path.basename(path)}.{os.getpid()}")
+    private = startup.private_name(path)
     # Only the driver (root on the node) may connect: no world access to the socket.
     old_umask = os.umask(0o117)
     try:
         server.add_insecure_port(f"unix://{private}")
         await server.start()
+    except RuntimeError as exc:
+        raise StartupError(f"--socket {path}: gRPC cannot listen on {private} ({exc})") from None
     finally:
         os.umask(old_umask)
-    os.rename(private, path)
+    try:
+        os.rename(private, path)
+    except OSError as exc:
+        await server.stop(None)
+        raise StartupError(
+            f"--socket {path}: cannot rename {private} into place ({exc.strerror or exc}); "
+            "choose another --socket"
+        ) from None
     return socket_identity(path)
 
 

@@ -1,5 +1,11 @@
 """Taking the driver's socket, and giving it back, without harming another provider.
 
+Before anything is bound, the path is checked: made absolute (a relative `--socket` is resolved
+against the working directory), short enough for a Unix socket, in a directory that exists (only
+the driver's default directory is created: a mistyped one is refused, not served in) and that
+this process may create a socket in (tried with a real bind of the private name `_bind` uses).
+Each problem is one StartupError line naming the path and the fix.
+
 During a surge rollout (or a manual `serve` on a node) a second process may start on the same
 `--socket`. Removing whatever is there and binding anew would take the socket from a provider
 that still serves — and its shutdown would then delete the newcomer's socket too. So before
@@ -11,31 +17,200 @@ still the one this process created (same inode).
 from __future__ import annotations
 
 import contextlib
+import errno
 import os
 import socket
 import stat
+from dataclasses import dataclass
 
+from provider.core.settings import DEFAULT_SOCKET
 from provider.edge.server import call_version
+
+#: The driver's provider directory (its `--provider-volume`), which the chart mounts from the
+#: node: the one directory `serve` creates when it is missing.
+DEFAULT_DIRECTORY = os.path.dirname(DEFAULT_SOCKET)
+#: sun_path holds 108 bytes on Linux, the last one the terminating NUL.
+UNIX_PATH_MAX = 107
+#: `serve` binds `.NAME.PID` beside the socket first (see `private_name`): 2 bytes more than
+#: the path, and the process id, at most 7 digits (Linux's pid_max is at most 2**22).
+PRIVATE_EXTRA = 2 + 7
+#: The longest `--socket` serve accepts, whatever its process id.
+SOCKET_PATH_MAX = UNIX_PATH_MAX - PRIVATE_EXTRA
 
 
 class StartupError(Exception):
-    """A reason `serve` cannot start, as one line for the operator."""
+    """A reason `serve` cannot start, as one line for the operator. `exit_code` follows the
+    CLI's rule: 2 when the command line alone is wrong, 1 when the node refuses it."""
+
+    def __init__(self, message: str, *, usage: bool = False) -> None:
+        super().__init__(message)
+        self.exit_code = 2 if usage else 1
 
 
-async def claim_socket(path: str) -> None:
-    """Make `path` free to bind: refuse if a provider answers there, remove a stale socket."""
+@dataclass
+class Claim:
+    """What `claim_socket` did on the way: a directory it created is removed again (if still
+    empty) when the start is abandoned, so a refused start leaves nothing behind."""
+
+    path: str
+    created_directory: str | None = None
+
+    def abandon(self) -> None:
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(private_name(self.path))
+        if self.created_directory is not None:
+            with contextlib.suppress(OSError):
+                os.rmdir(self.created_directory)
+
+
+def absolute(path: str) -> str:
+    """`--socket` as serve binds it: absolute (resolved against the working directory)."""
+    return os.path.abspath(path)
+
+
+def private_name(path: str) -> str:
+    """The name gRPC binds beside `path` before it is renamed into place (app._bind)."""
+    return os.path.join(os.path.dirname(path), f".{os.path.basename(path)}.{os.getpid()}")
+
+
+def check_length(path: str) -> None:
+    """Refuse a path a Unix socket cannot have (a usage error: the path alone decides)."""
+    size = len(os.fsencode(path))
+    if size > SOCKET_PATH_MAX:
+        raise StartupError(
+            f"--socket {path}: {size} bytes is too long for a Unix socket path (serve accepts "
+            f"at most {SOCKET_PATH_MAX}: the kernel's {UNIX_PATH_MAX}, less the {PRIVATE_EXTRA} "
+            "of the temporary name it binds first); choose a shorter path",
+            usage=True,
+        )
+
+
+async def claim_socket(path: str) -> Claim:
+    """Make absolute `path` free to bind: check its directory and that a socket can be created
+    there, refuse if a provider answers at `path`, remove a stale socket."""
+    check_length(path)
+    claim = Claim(path, _directory(path))
+    try:
+        _try_bind(path)
+        await _take_over(path)
+    except BaseException:
+        claim.abandon()
+        raise
+    return claim
+
+
+def _directory(path: str) -> str | None:
+    """Check the socket's directory; create it only when it is the driver's default one.
+    Returns the directory created, if any."""
+    directory = os.path.dirname(path)
+    try:
+        st = os.stat(directory)
+    except FileNotFoundError:
+        pass
+    except NotADirectoryError:
+        raise StartupError(
+            f"--socket {path}: {_file_above(directory)} is a file, not a directory; choose a "
+            "socket path in a directory"
+        ) from None
+    except OSError as exc:
+        raise StartupError(
+            f"--socket {path}: cannot look into {directory} ({_reason(exc, directory)}); "
+            "run serve as a user that may enter it, or choose another --socket"
+        ) from None
+    else:
+        if not stat.S_ISDIR(st.st_mode):
+            raise StartupError(
+                f"--socket {path}: {directory} is a file, not a directory; choose a socket "
+                "path in a directory"
+            )
+        return None
+    if os.path.normpath(directory) != os.path.normpath(DEFAULT_DIRECTORY):
+        raise StartupError(
+            f"--socket {path}: the directory {directory} does not exist; create it, or correct "
+            f"the path (serve creates only the driver's directory, {DEFAULT_DIRECTORY})"
+        )
+    try:
+        os.mkdir(directory, 0o755)
+    except FileExistsError:
+        return None
+    except OSError as exc:
+        raise StartupError(
+            f"--socket {path}: {directory} does not exist and cannot be created "
+            f"({_reason(exc, os.path.dirname(directory))}); mount the driver's provider directory "
+            "from the node there and run serve as uid 0, as deploy/base/daemonset.yaml does, or "
+            "choose another --socket"
+        ) from None
+    return directory
+
+
+def _file_above(directory: str) -> str:
+    """The nearest ancestor of `directory` that exists (a file, when stat said ENOTDIR)."""
+    while directory not in ("", os.sep) and not os.path.lexists(directory):
+        directory = os.path.dirname(directory)
+    return directory
+
+
+def _try_bind(path: str) -> None:
+    """Bind and remove the private name, as gRPC will bind it: the one reliable test that a
+    socket can be created in the directory (permissions, capabilities, a read-only mount),
+    made here so that its failure is one line instead of gRPC's traceback."""
+    private = private_name(path)
+    with contextlib.suppress(OSError):
+        if stat.S_ISSOCK(os.lstat(private).st_mode):
+            os.unlink(private)  # left by a process with our pid that died (gRPC does the same)
+    probe = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    try:
+        probe.bind(private)
+    except OSError as exc:
+        directory = os.path.dirname(path)
+        if exc.errno in (errno.EACCES, errno.EPERM):
+            fix = "run serve as a user that may write there (the DaemonSet runs it as uid 0), or "
+        elif exc.errno == errno.EROFS:
+            fix = "mount a writable directory there (the driver's, from the node), or "
+        else:
+            fix = ""
+        raise StartupError(
+            f"--socket {path}: cannot create a socket in {directory} "
+            f"({_reason(exc, directory)}); {fix}choose another --socket"
+        ) from None
+    finally:
+        probe.close()
+    with contextlib.suppress(FileNotFoundError):
+        os.unlink(private)
+
+
+def _reason(exc: OSError, directory: str) -> str:
+    """The error, and for a refusal who may write `directory` and who this process is."""
+    text = (exc.strerror or str(exc)).lower()
+    if exc.errno not in (errno.EACCES, errno.EPERM):
+        return text
+    try:
+        st = os.stat(directory)
+    except OSError:
+        return f"{text}; this process runs as uid {os.geteuid()}"
+    return (
+        f"{text}: it belongs to uid {st.st_uid} with mode {stat.S_IMODE(st.st_mode):o}, and this "
+        f"process runs as uid {os.geteuid()}"
+    )
+
+
+async def _take_over(path: str) -> None:
+    """Refuse if a provider answers at `path`; remove a stale socket."""
     try:
         st = os.lstat(path)
     except FileNotFoundError:
-        parent = os.path.dirname(path) or "."
-        try:
-            os.makedirs(parent, exist_ok=True)
-        except OSError as exc:
-            raise StartupError(f"--socket {path}: cannot create {parent}: {exc.strerror}") from None
         return
     if not stat.S_ISSOCK(st.st_mode):
+        kind = (
+            "a directory"
+            if stat.S_ISDIR(st.st_mode)
+            else "a symbolic link"
+            if stat.S_ISLNK(st.st_mode)
+            else "a file"
+        )
         raise StartupError(
-            f"--socket {path}: the path exists and is not a socket; remove it or choose another"
+            f"--socket {path}: the path exists and is not a socket ({kind}); remove it or "
+            "choose another --socket"
         )
     if not _listening(path):
         # A stale socket from a process that died (or was SIGKILLed): nobody listens on it.
@@ -52,16 +227,20 @@ async def claim_socket(path: str) -> None:
     )
 
 
-def _listening(path: str) -> bool:
-    """Whether a process accepts connections on the socket (a refused connect answers at once,
-    unlike a gRPC dial, which would wait out its timeout on a stale socket)."""
+def connect_error(path: str) -> OSError | None:
+    """Why connecting to the socket at `path` fails, or None when a process accepts there (a
+    refused connect answers at once, unlike a gRPC dial, which waits out its timeout)."""
     with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as probe:
         probe.settimeout(1.0)
         try:
             probe.connect(path)
-        except OSError:
-            return False
-    return True
+        except OSError as exc:
+            return exc
+    return None
+
+
+def _listening(path: str) -> bool:
+    return connect_error(path) is None
 
 
 def socket_identity(path: str) -> tuple[int, int] | None:

@@ -79,6 +79,6 @@ def test_bench_plot_without_matplotlib_stops_before_the_run(
     monkeypatch.setattr(importlib.util, "find_spec", find_spec)
     started = time.monotonic()
     code = main(["bench", "--store", "fake", "--mounts", "10", "--plot", str(tmp_path / "p.png")])
-    assert code == 2 and time.monotonic() - started < 5
+    assert code == 1 and time.monotonic() - started < 5  # the install lacks it: not usage
     err = capsys.readouterr().err
     assert "--plot needs matplotlib" in err and "Traceback" not in err

@@ -1,6 +1,7 @@
 """Every `serve` setting is validated before anything is bound or created: one line naming the
-flag (or the environment variable), the bad value and what is expected; exit 2; no traceback;
-no socket left behind. Through the real console script, as an operator meets it."""
+flag (or the environment variable), the bad value and what is expected; exit 2 (a key file the
+node cannot give, exit 1); no traceback; no socket left behind. Through the real console
+script, as an operator meets it."""
 
 from __future__ import annotations
 
@@ -39,11 +40,6 @@ BAD = [
     (["--cache-scope", "node"], {}, "argument --cache-scope: invalid choice: 'node'"),
     (["--rate-limit", "aws=fast"], {}, "--rate-limit"),
     (["--rate-limit", "nosuch=3"], {}, "--rate-limit"),
-    (
-        ["--hmac-key-file", "/nonexistent/key"],
-        {},
-        "--hmac-key-file /nonexistent/key: cannot read it",
-    ),
     (
         [],
         {"SECRETS_BRIDGE_CACHE_TTL": "-5"},
@@ -85,11 +81,20 @@ def test_a_bad_setting_is_one_line_exit_2_and_nothing_on_disk(
     assert list(tmp_path.iterdir()) == []
 
 
+def test_a_key_file_the_node_cannot_give_is_one_line_exit_1(tmp_path: Path) -> None:
+    """The flag is right; the file is missing or holds no key: the node's problem (exit 1)."""
+    result = serve(tmp_path, ["--hmac-key-file", "/nonexistent/key"], {})
+    assert result.returncode == 1
+    (line,) = result.stderr.strip().splitlines()
+    assert "--hmac-key-file /nonexistent/key: cannot read it" in line
+    assert list(tmp_path.iterdir()) == []
+
+
 def test_a_short_key_is_named_with_its_fix(tmp_path: Path) -> None:
     key = tmp_path / "key"
     key.write_text("short")
     result = serve(tmp_path, ["--hmac-key-file", str(key)], {})
-    assert result.returncode == 2
+    assert result.returncode == 1
     (line,) = result.stderr.strip().splitlines()
     assert "at least 16 bytes" in line and "openssl rand" in line
     assert sorted(p.name for p in tmp_path.iterdir()) == ["key"]

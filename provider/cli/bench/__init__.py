@@ -28,6 +28,8 @@ from provider.core.errors import InvalidParameters
 
 
 def run(args: argparse.Namespace) -> int:
+    """The run, its report and exit status: 2 for a wrong command line, 1 when what it names
+    cannot be used (a file, the socket, the first mount) or any measured mount failed."""
     if args.plot and importlib.util.find_spec("matplotlib") is None:
         # Checked before the run: finding out after minutes of load would lose the results.
         print(
@@ -35,13 +37,19 @@ def run(args: argparse.Namespace) -> int:
             "(pip install 'secrets-bridge[plot]'); run without --plot or install it",
             file=sys.stderr,
         )
-        return 2
+        return 1
     from provider.cli.bench import command, report
+    from provider.cli.mount import Unusable
 
     try:
         result = asyncio.run(command.bench(args))
-    except InvalidParameters as exc:
+    except Unusable as exc:
         print(f"secrets-bridge bench: {exc}", file=sys.stderr)
+        return exc.exit_code
+    except InvalidParameters as exc:
+        print(
+            f"secrets-bridge bench: error: {exc}; see secrets-bridge bench --help", file=sys.stderr
+        )
         return 2
     print(report.report(result))
     if args.json:

@@ -205,23 +205,41 @@ async def provider_phase(
             await asyncio.gather(*(r.restart(args.store_down) for r in rigs))
             outages.append((down, time.monotonic() - begin))
 
+    # The store calls of the measured window only: counted once it has begun (the probe mount
+    # and the warm-up, often several times its calls, are behind) and after its last mount
+    # answered; the rate divides them by the seconds from that first count to the last answer.
+    before: dict[str, Any] = {}
+
     def during(begin: float) -> list[asyncio.Task[Any]]:
+        before["scraped"] = _scrape(target.metrics_url)
+        # The counts were rendered before this: a window from here is at most that much short,
+        # so the rate errs high, if at all (the safe side for sizing a store's quota).
+        before["at"] = time.monotonic()
+        before["calls"] = _store_calls(target)
+        before["begin"] = begin
         tasks = [asyncio.create_task(sample(begin))]
         if args.store_restart_every > 0:
             tasks.append(asyncio.create_task(restart(begin)))
         return tasks
 
-    calls_before = _store_calls(target)
-    scraped_before = _scrape(target.metrics_url)
     mount = await measure(target.socket, target.requests, shape, args, "mount", usage, during)
     scraped_after = _scrape(target.metrics_url)
     out: dict[str, Any] = {"mount": mount}
-    out["store_calls"] = stats.delta(_store_calls(target), calls_before)
+    out["store_calls"] = stats.delta(_store_calls(target), before.get("calls", {}))
+    scraped_before = before.get("scraped")
     if scraped_before is not None and scraped_after is not None:
         calls = stats.delta(scraped_after.store_calls, scraped_before.store_calls)
-        out["store_calls_per_s"] = {k: v / mount["seconds"] for k, v in calls.items()}
+        seconds = counted_seconds(before["begin"], before["at"], mount["seconds"])
+        out["store_calls_per_s"] = {k: v / seconds for k, v in calls.items()}
     out["soak"] = soak_summary(samples, outages, mount, args.timeout)
     return out
+
+
+def counted_seconds(begin: float, counted_at: float, measured: float) -> float:
+    """The seconds the store-call counts cover: from the first count (a moment after the
+    measured phase began at `begin`) to the phase's last answer, `measured` seconds after it."""
+    window = begin + measured - counted_at
+    return window if window > 0 else measured
 
 
 def _store_calls(target: Target) -> dict[str, float]:

@@ -8,6 +8,16 @@ import sys
 STORES = ("fake", "openbao", "moto")
 
 
+def stores(text: str) -> str:
+    """`--store`: rig names, comma-separated."""
+    unknown = [name for name in text.split(",") if name not in STORES]
+    if unknown:
+        raise argparse.ArgumentTypeError(
+            f"expected {', '.join(STORES)} or several comma-separated, got {text!r}"
+        )
+    return text
+
+
 def add_bench_flags(p: argparse.ArgumentParser) -> None:
     p.description = (
         "Load-test Mount. Either against a running provider (--socket, with --class and the "
@@ -58,6 +68,7 @@ def add_bench_flags(p: argparse.ArgumentParser) -> None:
     r = p.add_argument_group("self-contained runs (a source checkout's dev kit)")
     r.add_argument(
         "--store",
+        type=stores,
         help=f"start a provider on these rigs: {', '.join(STORES)}, or several comma-separated "
         "(classes alternate); the default when no --socket is given is fake",
     )

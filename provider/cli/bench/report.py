@@ -59,7 +59,7 @@ def report(result: dict[str, Any]) -> str:
         lines.append(f"errors {code}: {err['count']}, e.g. {err['sample']!r}")
     if result.get("store_calls"):
         calls = ", ".join(f"{k} {v:g}" for k, v in result["store_calls"].items())
-        lines.append(f"store calls (counted by the store): {calls}")
+        lines.append(f"store calls in the measured phase (counted by the store): {calls}")
     if "store_calls_per_s" in result:
         per_s = result["store_calls_per_s"]
         text = ", ".join(f"{k} {v:.1f}/s" for k, v in sorted(per_s.items())) or "none"

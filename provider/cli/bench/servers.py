@@ -23,6 +23,7 @@ from typing import Any
 import grpc
 
 from provider.cli.bench import load, targets
+from provider.cli.mount import Unusable, provider_socket
 from provider.core.errors import InvalidParameters
 from provider.edge.server import dial
 
@@ -60,17 +61,13 @@ def _accounts(args: argparse.Namespace, default: str) -> list[str]:
 async def remote(args: argparse.Namespace, pods: int) -> AsyncIterator[Target]:
     if not args.classes:
         raise InvalidParameters("--socket needs at least one --class SPC.yaml")
-    if not os.path.exists(args.socket):  # noqa: ASYNC240 - once, before any load
-        raise InvalidParameters(
-            f"--socket {args.socket}: nothing there (is the provider running on this node, and "
-            "its socket directory mounted?)"
-        )
+    socket = provider_socket(args.socket, "--socket")
     tokens = targets.token_source(args.token, args.token_command, args.audience)
     classes = targets.class_files(args.classes, tokens)
     reqs = targets.requests(
         classes, pods=pods, namespace=args.namespace, accounts=_accounts(args, "default")
     )
-    yield Target(args.socket, reqs, metrics_url=args.metrics_url)
+    yield Target(socket, reqs, metrics_url=args.metrics_url)
 
 
 @contextlib.asynccontextmanager
@@ -112,7 +109,10 @@ async def started(args: argparse.Namespace, pods: int, work: Path) -> AsyncItera
             # The provider's log goes to a file: a failing run must not flood the report.
             proc = subprocess.Popen(cmd, stderr=out)  # noqa: ASYNC220 - before any load
         try:
-            await wait_ready(str(socket), proc)
+            try:
+                await wait_ready(str(socket), proc)
+            except RuntimeError as exc:
+                raise Unusable(f"the provider the bench started: {exc}{_last_line(log)}") from None
             yield Target(
                 str(socket), reqs, proc.pid, f"http://127.0.0.1:{health}/metrics", rigs,
                 time.monotonic() - begin, log,
@@ -120,6 +120,12 @@ async def started(args: argparse.Namespace, pods: int, work: Path) -> AsyncItera
         finally:
             proc.terminate()
             await asyncio.to_thread(proc.wait, 15)
+
+
+def _last_line(log: Path) -> str:
+    """The last line the provider wrote (its one-line reason, when it refused to start)."""
+    lines = log.read_text(errors="replace").strip().splitlines() if log.exists() else []
+    return f": {lines[-1]}" if lines else ""
 
 
 def _rig_tokens(rig: Any) -> targets.TokenSource:
@@ -150,9 +156,7 @@ async def probe(socket: str, request: bytes, deadline: float) -> bytes:
         try:
             answer: bytes = await mount(request, timeout=deadline, wait_for_ready=True)
         except grpc.aio.AioRpcError as exc:
-            raise InvalidParameters(
-                f"the first mount failed: {exc.code().name}: {exc.details()}"
-            ) from None
+            raise Unusable(f"the first mount failed: {exc.code().name}: {exc.details()}") from None
         return answer
 
 

@@ -19,7 +19,7 @@ from dataclasses import dataclass
 
 from protos import provider_pb2
 from provider.cli import spc
-from provider.cli.mount import kubelet_keys
+from provider.cli.mount import Unusable, kubelet_keys
 from provider.core.errors import InvalidParameters
 
 #: Tokens for one pod: (namespace, pod name, service account) -> {audience: token}.
@@ -60,8 +60,8 @@ def class_files(items: list[str], tokens: TokenSource) -> list[BenchClass]:
             raise InvalidParameters(f"--class {item}: the weight must be at least 1")
         try:
             classes = spc.load(path)
-        except InvalidParameters as exc:
-            raise InvalidParameters(f"--class {path}: {exc}") from None
+        except InvalidParameters as exc:  # a file that cannot be read or holds no valid class
+            raise Unusable(f"--class {path}: {exc}") from None
         out += [BenchClass(c.name, c.namespace, c.parameters, weight, tokens) for c in classes]
     return out
 
@@ -76,7 +76,7 @@ def file_tokens(items: list[str]) -> dict[str, str]:
             with open(path, encoding="utf-8") as fh:
                 tokens[audience] = fh.read().strip()
         except OSError as exc:
-            raise InvalidParameters(f"--token {item}: cannot read ({exc.strerror})") from None
+            raise Unusable(f"--token {item}: cannot read it ({exc.strerror})") from None
     return tokens
 
 
@@ -117,7 +117,7 @@ def run_token_command(
     token = result.stdout.strip()
     if result.returncode != 0 or not token:
         why = result.stderr.strip().splitlines()[-1:] or [f"exit {result.returncode}"]
-        raise InvalidParameters(
+        raise Unusable(
             f"--token-command for {namespace}/{service_account} audience {audience!r} "
             f"printed no token: {why[0][:200]}"
         )
