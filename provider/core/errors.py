@@ -29,6 +29,16 @@ import grpc
 INTERNAL_TEXT = "internal error in secrets-bridge; see the provider's log for details"
 
 
+#: The most an error message returned to the driver takes on the wire: gRPC sends it in the
+#: `grpc-message` trailer, percent-encoded (every byte outside printable ASCII, and `%`, as three
+#: bytes). C-core clients refuse trailers over 8 KiB (at random up to 16 KiB, then always);
+#: grpc-go, the driver's, takes 16 MiB. A class of hundreds of problems made messages of
+#: hundreds of KiB: the driver's event and our own `mount` and `bench` failed on them.
+MAX_MESSAGE_BYTES = 4096
+#: The most one problem (one object's failure) takes of such a message, so several fit.
+MAX_PART_BYTES = 1024
+
+
 class BridgeError(Exception):
     """Base class; `code` is the gRPC status this error is reported with."""
 
@@ -43,6 +53,11 @@ class BridgeError(Exception):
     def __str__(self) -> str:
         return self.message
 
+    def brief(self, limit: int = MAX_MESSAGE_BYTES) -> str:
+        """The message within `limit` bytes on the wire (`wire_bytes`): what the driver gets.
+        A list of problems keeps its first problems and says how many more there are."""
+        return cut(self.message, limit)
+
 
 class InvalidParameters(BridgeError):
     """Bad SecretProviderClass parameters or request fields; lists every problem at once."""
@@ -56,6 +71,12 @@ class InvalidParameters(BridgeError):
         else:
             text = f"{len(self.problems)} problems: " + "; ".join(self.problems)
         super().__init__(text)
+        self._listed = text
+
+    def brief(self, limit: int = MAX_MESSAGE_BYTES) -> str:
+        if len(self.problems) < 2 or self.message != getattr(self, "_listed", None):
+            return cut(self.message, limit)
+        return listed(f"{len(self.problems)} problems: ", self.problems, "", "problems", limit)
 
 
 class LimitExceeded(BridgeError):
@@ -117,12 +138,16 @@ class MountFailed(BridgeError):
         self.transient = all(err.transient for _, err in failures)
         parts = [_named(name, err) for name, err in failures]
         where = f" ({context})" if context else ""
-        text = (
-            "; ".join(parts)
-            if len(parts) == 1
-            else f"{len(parts)} objects failed: " + "; ".join(parts)
-        )
-        super().__init__(text + where)
+        head = "" if len(parts) == 1 else f"{len(parts)} objects failed: "
+        super().__init__(head + "; ".join(parts) + where)
+        self._listing = (head, parts, where)
+
+    def brief(self, limit: int = MAX_MESSAGE_BYTES) -> str:
+        listing = getattr(self, "_listing", None)
+        if listing is None or self.message != listing[0] + "; ".join(listing[1]) + listing[2]:
+            return cut(self.message, limit)  # restated by its caller
+        head, parts, where = listing
+        return listed(head, parts, where, "objects", limit)
 
 
 def _named(name: str, err: BridgeError) -> str:
@@ -130,6 +155,62 @@ def _named(name: str, err: BridgeError) -> str:
     text = str(err)
     prefix = f"object {name!r}: "
     return text if text.startswith(prefix) else prefix + text
+
+
+# Bytes `grpc-message` carries as they are: printable ASCII but `%` (gRPC's HTTP/2 protocol,
+# "Status-Message"); any other byte of the UTF-8 text is sent as `%XX`.
+_PLAIN = bytes(b for b in range(0x20, 0x7F) if b != 0x25)
+_ELLIPSIS = "…"
+
+
+def wire_bytes(text: str) -> int:
+    """The bytes `text` takes in a `grpc-message` trailer (percent-encoded UTF-8)."""
+    data = text.encode("utf-8", "surrogatepass")
+    return len(data) + 2 * len(data.translate(None, _PLAIN))
+
+
+def _char_bytes(char: str) -> int:
+    code = ord(char)
+    if 0x20 <= code < 0x7F and code != 0x25:
+        return 1
+    return 3 * (1 if code < 0x80 else 2 if code < 0x800 else 3 if code < 0x10000 else 4)
+
+
+def cut(text: str, limit: int = MAX_MESSAGE_BYTES) -> str:
+    """`text` within `limit` wire bytes, cut between two characters (never inside one's UTF-8
+    bytes) and ended with `…` when cut."""
+    if len(text) * 12 <= limit or wire_bytes(text) <= limit:
+        return text
+    budget = limit - wire_bytes(_ELLIPSIS)
+    if budget < 0:
+        return ""
+    used = 0
+    for index, char in enumerate(text):
+        used += _char_bytes(char)
+        if used > budget:
+            return text[:index] + _ELLIPSIS
+    return text  # not reached: the whole text is over the limit
+
+
+def listed(head: str, parts: Sequence[str], tail: str, noun: str, limit: int) -> str:
+    """`head` and `parts` joined by `; ` then `tail`, within `limit` wire bytes: the first parts
+    that fit (each cut to MAX_PART_BYTES), then `; and N more <noun>`."""
+    whole = head + "; ".join(parts) + tail
+    if wire_bytes(whole) <= limit:
+        return whole
+    # Room for the longest "; and N more" there can be.
+    used = wire_bytes(head) + wire_bytes(tail) + wire_bytes(f"; and {len(parts)} more {noun}")
+    kept: list[str] = []
+    for part in parts:
+        room = limit - used - (2 if kept else 0)
+        shown = cut(part, min(MAX_PART_BYTES, room))
+        if not shown or (shown != part and kept and room < MAX_PART_BYTES):
+            break  # no room left for this one, whole or cut to its share
+        used += wire_bytes(shown) + (2 if kept else 0)
+        kept.append(shown)
+    rest = len(parts) - len(kept)
+    more = f"; and {rest} more {noun}" if rest else ""
+    return cut(head + "; ".join(kept) + more + tail, limit)
 
 
 # Things that look like credentials in a store's error text: JWTs, Vault/OpenBao tokens, bearer

@@ -12,6 +12,18 @@ An answer whose line cannot be written is not sent: the mount fails with UNAVAIL
 retries) and `secrets_bridge_audit_failures_total{operation="write"}` counts it. A refusal whose
 line cannot be written is still sent as it was (no secret leaves with it), and counted.
 
+Bounded under abuse (issue 32): a tenant makes the provider refuse its own mounts as often as its
+pods retry, with classes of hundreds of KiB, and a trail whose disk fills fails every namespace's
+mounts. So every line is bounded (names and references cut, a cut reference followed by its
+SHA-256); a refusal records a summary of its class (the first REFUSED_OBJECTS objects,
+`object_count`, `class_digest`, the message's first MESSAGE_BYTES); a pod's refusals
+of one class with the same code and message are written once per REPEATS_EVERY, the ones
+between counted (`repeats` on that pod and class's next line); and each namespace writes at most
+REFUSAL_RECORDS refusal lines per REFUSAL_WINDOW, the rest counted (`dropped` on the namespace's
+next line). Counts no line carried within a while are written on lines of their own (`repeated`,
+`dropped`), and at shutdown. An answer is always written, with no budget: no access goes
+unrecorded.
+
 The line format and its MAC chain are in provider/edge/auditchain.py. Writes are synchronous
 (one `write` per line, from the event loop, so lines never interleave and the chain's order is
 the file's): a file sink appends with O_APPEND and no fsync — a line is in the kernel's page
@@ -20,19 +32,23 @@ cache, not necessarily on disk, when the answer is sent.
 
 from __future__ import annotations
 
+import hashlib
+import json
 import logging
 import os
 import stat
 import sys
 import time
+from collections import OrderedDict
 from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any, Protocol, TextIO
 
 from provider import __version__
 from provider.core.metrics import Metrics
 from provider.edge import auditchain
-from provider.mount.auditing import Served
+from provider.mount.auditing import Served, class_digest
 from provider.mount.mounting import MountInput, MountResult
 
 log = logging.getLogger("secrets_bridge.audit")
@@ -44,8 +60,29 @@ UNWRITABLE_TEXT = (
 )
 #: How far back a file is read at start-up for the MAC of its last line.
 TAIL_BYTES = 1024 * 1024
-#: Tenant-chosen text (class and backend names) is cut to this many characters.
-NAME_CHARS = 253
+#: Tenant-chosen text (class and backend names) is cut to this many bytes, as the line writes
+#: them (JSON-escaped: a non-ASCII character takes 6).
+NAME_BYTES = 253
+#: An object's name, its reference and a store, as the class names them, are cut to this many
+#: bytes as written; a cut reference is followed by the SHA-256 of the whole (`ref_sha256`).
+REF_BYTES = 512
+#: A refusal records the first objects its class asked for (and `object_count`), ...
+REFUSED_OBJECTS = 3
+#: ... and the first bytes (as written) of the message the driver got (itself at most 4 KiB).
+MESSAGE_BYTES = 1024
+#: A pod's refusals of one class with the same code and message get one line per this many
+#: seconds; those between are counted, and the pod and class's next line carries the count.
+REPEATS_EVERY = 600.0
+#: Pods and classes whose refusals are counted (least recently refused forgotten first; a count
+#: forgotten that way is written on a line of its own).
+MAX_COUNTED = 8192
+#: Refusal lines each namespace may write: REFUSAL_RECORDS at once, then one every
+#: REFUSAL_WINDOW / REFUSAL_RECORDS seconds; past that they are counted (`dropped`).
+REFUSAL_RECORDS = 30
+REFUSAL_WINDOW = 60.0
+#: How often counts that no line carried yet are looked at (written once they are this old:
+#: REPEATS_EVERY since a pod's last refusal, REFUSAL_WINDOW since a namespace's first drop).
+SWEEP_EVERY = 10.0
 
 
 class Sink(Protocol):
@@ -144,6 +181,40 @@ def open_sink(target: str) -> Sink:
     return StreamSink(sys.stderr) if target == "-" else FileSink(target)
 
 
+@dataclass(slots=True)
+class _Counted:
+    """A pod's refusals of one class: the last one written, and those counted since."""
+
+    #: The pod and class, as its lines name them (for a `repeated` line).
+    about: dict[str, Any]
+    #: hash((code, message)) of the refusal written.
+    outcome: int
+    code: str
+    written: float
+    last: float
+    count: int = 0
+
+
+@dataclass(slots=True)
+class _Budget:
+    """A namespace's refusal lines: a token bucket, and the refusals dropped since its last
+    line."""
+
+    tokens: float
+    stamp: float
+    dropped: int = 0
+    since: float = 0.0
+
+
+@dataclass
+class _Counts:
+    counted: OrderedDict[tuple[str, str], _Counted] = field(default_factory=OrderedDict)
+    #: How many `counted` entries each pod uid has (an answer looks no further when none).
+    pods: dict[str, int] = field(default_factory=dict)
+    budgets: dict[str, _Budget] = field(default_factory=dict)
+    swept: float = 0.0
+
+
 class AuditTrail:
     def __init__(
         self,
@@ -163,6 +234,10 @@ class AuditTrail:
         self._seq = 0
         #: A reopened file whose first line could not be written yet.
         self._header_due = False
+        self._counts = _Counts()
+        # Read when built, so a test can shorten them.
+        self._every = REPEATS_EVERY
+        self._records, self._window = REFUSAL_RECORDS, REFUSAL_WINDOW
 
     def start(self) -> None:
         """The first line: continues the chain of the file's last line, if it has one."""
@@ -188,23 +263,152 @@ class AuditTrail:
         self._header_due = not self._try("start", fields, header=True)
 
     def answered(self, request: MountInput, result: MountResult) -> bool:
-        """Record an answer; False when it could not be written (the answer must not go)."""
+        """Record an answer, always (no budget); False when it could not be written (the answer
+        must not go). It carries the counts of its pod and class and of its namespace."""
+        now = self._clock()
         fields = self._about(request)
         fields["backend"] = result.backend
         fields.update(_objects(result.served))
         fields["code"] = "OK"
-        return self._try("answered", fields)
+        counts = self._counts
+        pod = request.pod
+        key = (pod.uid, class_digest(request.params)) if pod.uid in counts.pods else None
+        counted = counts.counted.get(key) if key is not None else None
+        if counted is not None and counted.count:
+            fields["repeats"] = counted.count
+        budget = counts.budgets.get(pod.namespace)
+        if budget is not None and budget.dropped:
+            fields["dropped"] = budget.dropped
+        written = self._try("answered", fields, at=now)
+        if written:
+            if key is not None and counted is not None:
+                self._forget(key)  # answered: its next refusal is written
+            if budget is not None:
+                budget.dropped = 0
+        self._sweep(now)
+        return written
 
     def refused(self, request: MountInput | None, code: str, message: str) -> bool:
-        fields = self._about(request)
+        """Record a refusal, or count it: True unless a line was due and could not be written
+        (the refusal is sent either way)."""
+        now = self._clock()
+        counts = self._counts
+        outcome = hash((code, message))
+        about = self._about(request)
+        key: tuple[str, str] | None = None
+        if request is None:  # a request that did not parse: no pod, no class to count by
+            namespace = ""
+        else:
+            namespace = request.pod.namespace
+            digest = class_digest(request.params)
+            key = (request.pod.uid, digest)
+            about["class_digest"] = digest
+        counted = counts.counted.get(key) if key is not None else None
+        if key is not None and counted is not None:
+            counts.counted.move_to_end(key)
+            counted.last = now
+            if counted.outcome == outcome and now - counted.written < self._every:
+                counted.count += 1
+                self._sweep(now)
+                return True
+        budget = self._budget(namespace, now)
+        if budget.tokens < 1:
+            if not budget.dropped:
+                budget.since = now
+            budget.dropped += 1
+            self._sweep(now)
+            return True
+        fields = dict(about)
         if request is not None:
-            fields.update(_objects(self._requested(request.params)))
+            requested = self._requested(request.params)
+            fields.update(_objects(requested[:REFUSED_OBJECTS]))
+            fields["object_count"] = len(requested)
         fields["code"] = code
-        fields["message"] = message
-        return self._try("refused", fields)
+        fields["message"] = _cut(message, MESSAGE_BYTES)
+        if counted is not None and counted.count:
+            fields["repeats"] = counted.count
+        if budget.dropped:
+            fields["dropped"] = budget.dropped
+        written = self._try("refused", fields, at=now)
+        if written:
+            budget.tokens -= 1
+            budget.dropped = 0
+            if key is not None:
+                self._count(key, _Counted(about, outcome, code, now, now), now)
+        self._sweep(now)
+        return written
 
     def close(self) -> None:
+        """Write the counts no line carried yet, then close the sink."""
+        self._sweep(self._clock(), everything=True)
         self._sink.close()
+
+    def _budget(self, namespace: str, now: float) -> _Budget:
+        """The namespace's bucket, refilled for the time since it was last looked at."""
+        budget = self._counts.budgets.get(namespace)
+        if budget is None:
+            budget = self._counts.budgets[namespace] = _Budget(float(self._records), now)
+            return budget
+        rate = self._records / self._window
+        budget.tokens = min(float(self._records), budget.tokens + (now - budget.stamp) * rate)
+        budget.stamp = now
+        return budget
+
+    def _count(self, key: tuple[str, str], counted: _Counted, now: float) -> None:
+        counts = self._counts
+        if key not in counts.counted:
+            counts.pods[key[0]] = counts.pods.get(key[0], 0) + 1
+        counts.counted[key] = counted
+        counts.counted.move_to_end(key)
+        while len(counts.counted) > MAX_COUNTED:
+            oldest = next(iter(counts.counted))
+            if not self._repeated(oldest, counts.counted[oldest], now):
+                self._forget(oldest)  # the sink fails (counted there): memory stays bounded
+
+    def _forget(self, key: tuple[str, str]) -> None:
+        counts = self._counts
+        if counts.counted.pop(key, None) is not None:
+            left = counts.pods[key[0]] - 1
+            if left:
+                counts.pods[key[0]] = left
+            else:
+                del counts.pods[key[0]]
+
+    def _repeated(self, key: tuple[str, str], counted: _Counted, now: float) -> bool:
+        """Write a pod and class's count that no line carried (False: not written, kept)."""
+        if counted.count:
+            fields = {**counted.about, "code": counted.code, "repeats": counted.count}
+            fields["last"] = _time(counted.last)
+            if not self._try("repeated", fields, at=now):
+                return False
+        self._forget(key)
+        return True
+
+    def _sweep(self, now: float, *, everything: bool = False) -> None:
+        """Write the counts that waited long enough for a line to carry them (all of them at
+        shutdown), at most once per SWEEP_EVERY."""
+        counts = self._counts
+        if not everything and now - counts.swept < SWEEP_EVERY:
+            return
+        counts.swept = now
+        while counts.counted:
+            key, counted = next(iter(counts.counted.items()))
+            if not everything and now - counted.last < self._every:
+                break  # the rest were refused more recently
+            if not self._repeated(key, counted, now):
+                return
+        for namespace, budget in list(counts.budgets.items()):
+            self._budget(namespace, now)
+            if budget.dropped and (everything or now - budget.since >= self._window):
+                fields: dict[str, Any] = {"type": auditchain.RECORD}
+                if namespace:
+                    fields["namespace"] = namespace
+                fields.update(dropped=budget.dropped, since=_time(budget.since))
+                if not self._try("dropped", fields, at=now):
+                    return
+                budget.dropped = 0
+            if not budget.dropped and budget.tokens >= self._records:
+                del counts.budgets[namespace]
 
     def _about(self, request: MountInput | None) -> dict[str, Any]:
         fields: dict[str, Any] = {"type": auditchain.RECORD}
@@ -217,23 +421,28 @@ class AuditTrail:
             pod_uid=pod.uid,
             serviceaccount=pod.service_account,
         )
-        fields["class"] = params.get("secretProviderClass", "")[:NAME_CHARS]
-        fields["backend"] = params.get("backend", "")[:NAME_CHARS]
+        fields["class"] = _cut(params.get("secretProviderClass", ""), NAME_BYTES)
+        fields["backend"] = _cut(params.get("backend", ""), NAME_BYTES)
         return fields
 
-    def _try(self, event: str, fields: dict[str, Any], *, header: bool = False) -> bool:
+    def _try(
+        self, event: str, fields: dict[str, Any], *, header: bool = False, at: float | None = None
+    ) -> bool:
         try:
             if self._header_due and not header:
                 self._write("start", {"type": auditchain.START, "reason": "reopen"}, header=True)
                 self._header_due = False
-            self._write(event, fields, header=header)
+            self._write(event, fields, header=header, at=at)
         except OSError:
             return False
         return True
 
-    def _write(self, event: str, fields: dict[str, Any], *, header: bool = False) -> None:
-        """Seal and write one line; OSError (any failure of the sink) is counted and logged."""
-        now = datetime.fromtimestamp(self._clock(), UTC).isoformat(timespec="milliseconds")
+    def _write(
+        self, event: str, fields: dict[str, Any], *, header: bool = False, at: float | None = None
+    ) -> None:
+        """Seal and write one line, stamped `at` (now by default); OSError (any failure of the
+        sink) is counted and logged."""
+        now = _time(self._clock() if at is None else at)
         seq = 0 if fields.get("reason") == "start" else self._seq
         head: dict[str, Any] = {"type": fields.pop("type"), "time": now, "seq": seq}
         if header:
@@ -254,18 +463,51 @@ class AuditTrail:
         self._metrics.audit_records.labels(event).inc()
 
 
+def _time(seconds: float) -> str:
+    return datetime.fromtimestamp(seconds, UTC).isoformat(timespec="milliseconds")
+
+
+def _cut(text: str, limit: int) -> str:
+    """`text` within `limit` bytes as a line writes it (JSON, ASCII only), ended with `…` when
+    cut (between two characters)."""
+    if len(text) * 2 <= limit and text.isascii() and text.isprintable():
+        return text  # at most 2 bytes a character (quotes and backslashes are escaped)
+    if len(text) * 12 <= limit or len(json.dumps(text)) - 2 <= limit:
+        return text
+    used, budget = 0, limit - 6  # `…` is written \u2026
+    for index, char in enumerate(text):
+        used += _json_bytes(char)
+        if used > budget:
+            return text[:index] + "…"
+    return text
+
+
+def _json_bytes(char: str) -> int:
+    code = ord(char)
+    if 0x20 <= code < 0x7F:
+        return 2 if char in '"\\' else 1
+    if code < 0x20:
+        return 2 if char in "\b\f\n\r\t" else 6
+    return 6 if code < 0x10000 else 12
+
+
 def _objects(served: tuple[Served, ...]) -> dict[str, Any]:
     """The store(s) and each object's entry: a reference and, when answered, its source and
-    version (a list when the object yielded several files)."""
-    stores = list(dict.fromkeys(s.store for s in served))
+    version (a list when the object yielded several files). Names, references and stores are
+    cut to REF_BYTES; a cut reference is followed by the SHA-256 of the whole."""
+    stores = list(dict.fromkeys(_cut(s.store, REF_BYTES) for s in served))
     objects = []
     for s in served:
-        entry: dict[str, Any] = {"object": s.name, "ref": s.ref}
+        ref = _cut(s.ref, REF_BYTES)
+        entry: dict[str, Any] = {"object": _cut(s.name, REF_BYTES), "ref": ref}
+        if ref is not s.ref:
+            entry["ref_sha256"] = hashlib.sha256(s.ref.encode("utf-8", "surrogatepass")).hexdigest()
         if len(stores) > 1:
-            entry["store"] = s.store
+            entry["store"] = _cut(s.store, REF_BYTES)
         if s.source is not None:
             entry["source"] = s.source
         if s.versions:
             entry["version"] = s.versions[0] if len(s.versions) == 1 else list(s.versions)
         objects.append(entry)
-    return {"store": "; ".join(stores), "objects": objects}
+    # Each object names its own store when there are several: the list is only a summary.
+    return {"store": _cut("; ".join(stores), REF_BYTES), "objects": objects}

@@ -1,6 +1,17 @@
 """Logging to stderr, one line per event, JSON by default, flushed as written.
 
 Callers pass structured context with `extra={"fields": {...}}`; never a secret value or token.
+
+Bounded (issue 32): tenants choose much of what lines carry (class names, parameters, the
+problems of a class of hundreds of KiB) and how often their mounts fail, and the log shares the
+node's log rotation with every other line (and, with `--audit-log -`, with the audit trail). So
+each line is at most LINE_BYTES — a longer one has its fields cut, to FIELD_CHARS first, and says
+`"truncated": true` — and the lines of each namespace (a `namespace` field, or logged during one
+of its mounts: `TENANT`) are held to a budget of LOG_BURST_BYTES at once and
+LOG_BYTES_PER_SECOND after that. Lines past it are dropped and counted; the count is written
+on a line of its own (`log lines dropped`) before the namespace's next line that passes, or
+before any line once it is DROPPED_EVERY seconds old, or at exit. Lines of no namespace (the
+provider's own) and of the audit logger (its sink failing) are never dropped.
 """
 
 from __future__ import annotations
@@ -10,7 +21,51 @@ import logging
 import re
 import sys
 import time
-from typing import Any
+from collections.abc import Callable
+from contextvars import ContextVar
+from typing import Any, TextIO
+
+#: The most characters (bytes: JSON lines are ASCII) of one line; a traceback counts too.
+LINE_BYTES = 16 * 1024
+#: What each field of a line that is too long is cut to first (a list to its first items).
+FIELD_CHARS = 4096
+#: Each namespace's log lines: this many bytes at once, ...
+LOG_BURST_BYTES = 256 * 1024
+#: ... then this many a second. A line past it is dropped, and counted.
+LOG_BYTES_PER_SECOND = 4096
+#: A namespace's dropped lines are reported after this many seconds at the latest.
+DROPPED_EVERY = 10.0
+#: The message of the line reporting them.
+DROPPED_TEXT = "log lines dropped: the namespace is over its log budget"
+#: Never dropped: its lines say the audit trail cannot be written, whoever's mount it was.
+UNLIMITED_LOGGERS = frozenset({"secrets_bridge.audit"})
+
+#: The namespace of the mount being served: the server sets it for each Mount (a callable
+#: before the request is parsed, resolved only if a line needs it), so lines logged on a mount's
+#: way without a `namespace` field count against its namespace too.
+TENANT: ContextVar[str | Callable[[], str] | None] = ContextVar(
+    "secrets_bridge_tenant", default=None
+)
+
+
+def tenant_of(record: logging.LogRecord) -> str | None:
+    """The namespace whose budget `record` counts against; None for the provider's own lines."""
+    if record.name in UNLIMITED_LOGGERS:
+        return None
+    fields = getattr(record, "fields", None)
+    if fields:
+        namespace = fields.get("namespace")
+        if isinstance(namespace, str):
+            return namespace
+    value = TENANT.get()
+    if value is None or isinstance(value, str):
+        return value
+    try:
+        resolved = value()
+    except Exception:  # a request that does not parse: its lines count as one namespace
+        resolved = ""
+    TENANT.set(resolved)
+    return resolved
 
 
 class JsonFormatter(logging.Formatter):
@@ -34,11 +89,63 @@ class JsonFormatter(logging.Formatter):
         entry.update(getattr(record, "fields", {}) or {})
         if record.exc_info:
             entry["exception"] = self.formatException(record.exc_info)
-        return _ENCODER.encode(entry)
+        line = _ENCODER.encode(entry)
+        return line if len(line) <= LINE_BYTES else _shortened_json(entry)
 
 
 # One encoder for every line: `json.dumps(..., default=str)` builds a new one per call.
 _ENCODER = json.JSONEncoder(default=str)
+#: Kept whole in a cut line: the line's own head.
+_HEAD = ("ts", "level", "logger")
+
+
+def _shortened_json(entry: dict[str, Any]) -> str:
+    """`entry` within LINE_BYTES: every other member cut to a budget that shrinks until it
+    fits (JSON escapes may take 6 characters a character)."""
+    chars = FIELD_CHARS
+    while chars >= 16:
+        cut = {k: v if k in _HEAD else bounded(v, chars) for k, v in entry.items()}
+        cut["truncated"] = True
+        line = _ENCODER.encode(cut)
+        if len(line) <= LINE_BYTES:
+            return line
+        chars //= 4
+    return _ENCODER.encode({k: entry[k] for k in _HEAD} | {"msg": "…", "truncated": True})
+
+
+def bounded(value: object, chars: int) -> object:
+    """`value` cut to about `chars` characters: a string with `…`, a list or a map to its first
+    items and a count of the rest; numbers as they are."""
+    if isinstance(value, str):
+        return value if len(value) <= chars else value[: max(chars - 1, 0)] + "…"
+    if value is None or isinstance(value, bool | int | float):
+        return value
+    if isinstance(value, list | tuple | set | frozenset):
+        items = list(value)
+        kept: list[object] = []
+        used = 0
+        for item in items:
+            shown = bounded(item, chars)
+            used += len(str(shown)) + 2
+            if kept and used > chars:
+                break
+            kept.append(shown)
+        if len(kept) < len(items):
+            kept.append(f"… and {len(items) - len(kept)} more")
+        return kept
+    if isinstance(value, dict):
+        out: dict[str, object] = {}
+        used = 0
+        for key, item in value.items():
+            shown = bounded(item, chars)
+            name = str(bounded(str(key), chars))
+            used += len(name) + len(str(shown)) + 4
+            if out and used > chars:
+                out["…"] = f"and {len(value) - len(out)} more"
+                break
+            out[name] = shown
+        return out
+    return bounded(str(value), chars)
 
 
 class TextFormatter(logging.Formatter):
@@ -49,13 +156,31 @@ class TextFormatter(logging.Formatter):
 
     def format(self, record: logging.LogRecord) -> str:
         fields = getattr(record, "fields", {}) or {}
-        extra = " ".join(f"{_escape(str(k))}={_value(v)}" for k, v in fields.items())
-        line = f"{record.levelname.lower():5} {record.name}: {_escape(record.getMessage())} {extra}"
-        line = line.rstrip()
+        line = self._line(record, record.getMessage(), fields)
+        if len(line) > LINE_BYTES // 4 and len(line.encode("utf-8", "replace")) > LINE_BYTES:
+            chars = FIELD_CHARS
+            while True:
+                cut = {k: bounded(v, chars) for k, v in fields.items()} | {"truncated": True}
+                line = self._line(record, str(bounded(record.getMessage(), chars)), cut)
+                if chars < 16 or len(line.encode("utf-8", "replace")) <= LINE_BYTES:
+                    break
+                chars //= 4
         if record.exc_info:
             trace = self.formatException(record.exc_info)
-            line += "".join(f"\n  | {_escape(part)}" for part in trace.splitlines())
+            lines = "".join(f"\n  | {_escape(part)}" for part in trace.splitlines())
+            room = LINE_BYTES - len(line.encode("utf-8", "replace"))
+            keep = room
+            while len(lines.encode("utf-8", "replace")) > room and keep > 6:
+                lines = lines[: keep - 1] + "…"
+                keep //= 2
+            line += lines
         return line
+
+    @staticmethod
+    def _line(record: logging.LogRecord, message: str, fields: dict[str, Any]) -> str:
+        extra = " ".join(f"{_escape(str(k))}={_value(v)}" for k, v in fields.items())
+        line = f"{record.levelname.lower():5} {record.name}: {_escape(message)} {extra}"
+        return line.rstrip()
 
 
 # C0 and C1 controls, DEL, and the Unicode line and paragraph separators.
@@ -81,9 +206,147 @@ def _value(value: object) -> str:
     return text
 
 
-def configure(level: str = "info", fmt: str = "json") -> None:
+class _Budget:
+    __slots__ = ("dropped", "since", "stamp", "tokens")
+
+    def __init__(self, tokens: float, now: float) -> None:
+        self.tokens = tokens
+        self.stamp = now
+        self.dropped = 0
+        self.since = 0.0
+
+
+class TenantBudgets:
+    """Each namespace's log bytes: a token bucket of `burst` bytes refilled at `rate` a second,
+    and the lines dropped past it since they were last reported."""
+
+    def __init__(
+        self,
+        burst: int = LOG_BURST_BYTES,
+        rate: float = LOG_BYTES_PER_SECOND,
+        report_every: float = DROPPED_EVERY,
+    ) -> None:
+        self.burst, self.rate, self.report_every = burst, rate, report_every
+        self._budgets: dict[str, _Budget] = {}
+        self._swept = 0.0
+
+    def _refilled(self, tenant: str, now: float) -> _Budget:
+        budget = self._budgets.get(tenant)
+        if budget is None:
+            budget = self._budgets[tenant] = _Budget(float(self.burst), now)
+        else:
+            budget.tokens = min(float(self.burst), budget.tokens + (now - budget.stamp) * self.rate)
+            budget.stamp = now
+        return budget
+
+    def spent(self, tenant: str, now: float) -> bool:
+        """Whether the namespace has nothing left (its next line is dropped unformatted)."""
+        budget = self._refilled(tenant, now)
+        if budget.tokens > 0:
+            return False
+        self.drop(budget, now)
+        return True
+
+    def take(self, tenant: str, size: int, now: float) -> bool:
+        """Spend `size` bytes of the namespace's budget; False (and counted) when it has not
+        that much left."""
+        budget = self._refilled(tenant, now)
+        if budget.tokens >= size:
+            budget.tokens -= size
+            return True
+        self.drop(budget, now)
+        return False
+
+    @staticmethod
+    def drop(budget: _Budget, now: float) -> None:
+        if not budget.dropped:
+            budget.since = now
+        budget.dropped += 1
+
+    def due(
+        self, now: float, tenant: str | None = None, *, everything: bool = False
+    ) -> list[tuple[str, int, float]]:
+        """(namespace, lines dropped, since) to report now, and forgotten: `tenant`'s (its next
+        line passed), those DROPPED_EVERY old (looked at once a second), or all of them."""
+        out: list[tuple[str, int, float]] = []
+        if tenant is not None:
+            budget = self._budgets.get(tenant)
+            if budget is not None and budget.dropped:
+                out.append((tenant, budget.dropped, budget.since))
+                budget.dropped = 0
+        if everything or now - self._swept >= 1.0:
+            self._swept = now
+            for name, budget in list(self._budgets.items()):
+                if budget.dropped and (everything or now - budget.since >= self.report_every):
+                    out.append((name, budget.dropped, budget.since))
+                    budget.dropped = 0
+                elif not budget.dropped:
+                    self._refilled(name, now)
+                    if budget.tokens >= self.burst:
+                        del self._budgets[name]  # full and quiet: nothing to remember
+        return out
+
+
+class BoundedHandler(logging.StreamHandler):  # type: ignore[type-arg]
+    """A stream handler that holds each namespace's lines to its budget (`TenantBudgets`) and
+    writes the counts of dropped lines."""
+
+    def __init__(
+        self,
+        stream: TextIO | None = None,
+        budgets: TenantBudgets | None = None,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
+        super().__init__(stream)
+        self.budgets = budgets or TenantBudgets()
+        self._clock = clock
+
+    def emit(self, record: logging.LogRecord) -> None:
+        try:
+            now = self._clock()
+            tenant = tenant_of(record)
+            if tenant is not None and self.budgets.spent(tenant, now):
+                self._report(self.budgets.due(now))
+                return
+            line = self.format(record) + self.terminator
+            if tenant is not None and not self.budgets.take(tenant, len(line), now):
+                self._report(self.budgets.due(now))
+                return
+            self._report(self.budgets.due(now, tenant))
+            self.stream.write(line)
+            self.flush()
+        except RecursionError:
+            raise
+        except Exception:
+            self.handleError(record)
+
+    def _report(self, due: list[tuple[str, int, float]]) -> None:
+        now = self._clock()
+        for tenant, dropped, since in due:
+            record = logging.LogRecord(
+                "secrets_bridge.logs", logging.WARNING, "", 0, DROPPED_TEXT, (), None
+            )
+            record.fields = {
+                "namespace": tenant,
+                "dropped": dropped,
+                "seconds": round(now - since, 1),
+            }
+            self.stream.write(self.format(record) + self.terminator)
+        if due:
+            self.flush()
+
+    def close(self) -> None:
+        """Report every count not reported yet (at exit: logging.shutdown closes handlers)."""
+        try:
+            if self.stream is not None and not getattr(self.stream, "closed", False):
+                self._report(self.budgets.due(self._clock(), everything=True))
+        finally:
+            super().close()
+
+
+def configure(level: str = "info", fmt: str = "json", stream: TextIO | None = None) -> None:
     # StreamHandler flushes after every record: a line is on stderr as soon as it is logged.
-    handler = logging.StreamHandler(sys.stderr)
+    handler = BoundedHandler(stream or sys.stderr)
     handler.setFormatter(JsonFormatter() if fmt == "json" else TextFormatter())
     root = logging.getLogger()
     root.handlers[:] = [handler]

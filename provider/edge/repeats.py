@@ -1,14 +1,18 @@
-"""Which answered mounts get their own log line: a volume's unchanged re-mounts are counted.
+"""Which mounts get their own log line: a volume's unchanged re-mounts are counted.
 
 The driver republishes every volume on each rotation poll (every 2 minutes by default), and
 nearly every poll gets the answer the previous one got. A line for each is most of a provider's
 log and, on a cached mount, the largest share of its own CPU. So a volume's answer is logged
 when it is new (the pod's first mount, a provider restart), when its versions changed (a
 rotation), when it took long, and otherwise at most once every `--log-repeats-every` seconds,
-with `repeats`: the unchanged answers since the volume's previous line. Grepping a pod still
-finds its first mount, every change, every failure (failures are always logged, by the server)
-and a line at least every interval while it is polled. `--log-repeats-every 0` logs every mount.
-The audit trail (`--audit-log`) is unaffected: it records every answer.
+with `repeats`: how many times the volume's previous line repeated since it was written.
+Failures are grouped the same way (issue 32: the kubelet retries a failing volume, and a
+class's message may be kilobytes): a volume's failure is logged when it differs from the
+volume's previous line (another code or message, or the volume was answered since), and an
+identical one at most once every interval, whatever it took. Grepping a pod still finds its
+first mount, every change, every new failure and a line at least every interval while it is
+polled or retried. `--log-repeats-every 0` logs every mount. The audit trail (`--audit-log`)
+is unaffected: it records every answer (and counts repeated refusals its own way).
 """
 
 from __future__ import annotations

@@ -9,6 +9,8 @@ goes to the log only.
 from __future__ import annotations
 
 import asyncio
+import functools
+import json
 import logging
 import time
 import weakref
@@ -20,7 +22,9 @@ from protos import provider_pb2, provider_pb2_grpc
 from provider import __version__
 from provider.core.errors import INTERNAL_TEXT, BridgeError, DeadlineExceeded
 from provider.core.metrics import Metrics
+from provider.edge.attributes import POD_NAMESPACE
 from provider.edge.audit import UNWRITABLE_TEXT, AuditTrail
+from provider.edge.logs import TENANT
 from provider.edge.prepared import Requests
 from provider.edge.repeats import Repeats
 from provider.edge.watchdog import Watchdog
@@ -45,7 +49,8 @@ class ProviderServicer(provider_pb2_grpc.CSIDriverProviderServicer):  # type: ig
         self._metrics = metrics
         #: Parsed requests by their raw fields: the driver re-sends each volume's unchanged.
         self._requests = Requests(mounter)
-        #: `--log-repeats-every`: a volume's unchanged re-mounts are counted, not each logged.
+        #: `--log-repeats-every`: a volume's unchanged re-mounts, and its failures with the
+        #: same code and message, are counted, not each logged.
         self._repeats = Repeats(log_repeats_every)
         #: The backstop deadline of each mount in flight.
         self._watchdog = Watchdog()
@@ -72,6 +77,9 @@ class ProviderServicer(provider_pb2_grpc.CSIDriverProviderServicer):  # type: ig
         backend = "unknown"
         mount_input: MountInput | None = None
         audit = self._audit
+        # Lines logged on this mount's way count against its namespace's log budget; it is
+        # read from the request only if one is logged before the request is parsed.
+        TENANT.set(functools.partial(_namespace_in, request.attributes))
         try:
             remaining = context.time_remaining()
             if remaining is None:
@@ -85,6 +93,7 @@ class ProviderServicer(provider_pb2_grpc.CSIDriverProviderServicer):  # type: ig
                 deadline=ends - answer_margin(remaining),
             )
             mount_input, fields, backend = prepared.input, prepared.fields, prepared.backend
+            TENANT.set(mount_input.pod.namespace)
             remaining = ends - time.monotonic()  # a new class may have waited for its turn
             # Our answer must reach the driver before its own deadline ends the call: the
             # mount gets the time left minus a margin, and ends itself at that deadline with a
@@ -114,13 +123,21 @@ class ProviderServicer(provider_pb2_grpc.CSIDriverProviderServicer):  # type: ig
             self._gone(backend, fields, start)
             raise
         except BridgeError as exc:
-            code, message = exc.code, exc.message
-            log.warning(
-                "mount failed", extra={"fields": {**fields, "code": code.name, "error": message}}
-            )
-        except Exception:
+            # Bounded (MAX_MESSAGE_BYTES): the first problems of a class of hundreds, then
+            # how many more; a longer trailer fails gRPC clients, and each retry logs it.
+            code, message = exc.code, exc.brief()
+            repeats = self._failed(request.target_path, fields, code.name, message)
+            if repeats is not None:
+                line = {**fields, "code": code.name, "error": message}
+                if repeats:
+                    line["repeats"] = repeats
+                log.warning("mount failed", extra={"fields": line})
+        except Exception as exc:
             code, message = grpc.StatusCode.INTERNAL, INTERNAL_TEXT
-            log.exception("mount failed unexpectedly", extra={"fields": fields})
+            repeats = self._failed(request.target_path, fields, code.name, type(exc).__name__)
+            if repeats is not None:
+                line = {**fields, "repeats": repeats} if repeats else fields
+                log.exception("mount failed unexpectedly", extra={"fields": line})
         else:
             if audit is not None and not audit.answered(mount_input, result):
                 code, message, audit = grpc.StatusCode.UNAVAILABLE, UNWRITABLE_TEXT, None
@@ -169,6 +186,15 @@ class ProviderServicer(provider_pb2_grpc.CSIDriverProviderServicer):  # type: ig
             log.debug("mount answer", extra={"fields": {**fields, "versions": versions}})
         return self._response(result)
 
+    def _failed(
+        self, volume: str, fields: dict[str, object], code: str, message: str
+    ) -> int | None:
+        """None when this failure is counted instead of logged: the volume's previous line was
+        the same failure (class, code, message) less than --log-repeats-every ago; else the
+        failures counted since that line (as for answers: provider/edge/repeats.py)."""
+        failure = ("failed", fields.get("class"), code, hash(message))
+        return self._repeats.quiet(volume, failure, 0.0, time.perf_counter())
+
     def _gone(self, backend: str, fields: dict[str, object], start: float) -> None:
         elapsed = time.perf_counter() - start
         log.debug(
@@ -207,6 +233,14 @@ class ProviderServicer(provider_pb2_grpc.CSIDriverProviderServicer):  # type: ig
             self._series[(backend, code)] = series
         series[0].inc()
         series[1].observe(seconds)
+
+
+def _namespace_in(attributes: str) -> str:
+    """The pod's namespace in a request's attributes, for a log line written before the request
+    was parsed (the log budget's; "" when it does not parse)."""
+    parsed = json.loads(attributes)
+    namespace = parsed.get(POD_NAMESPACE, "") if isinstance(parsed, dict) else ""
+    return namespace if isinstance(namespace, str) else ""
 
 
 def answer_margin(remaining: float) -> float:

@@ -9,11 +9,13 @@ is on; a memoized answer gets a fresh list per mount, because the sources differ
 
 from __future__ import annotations
 
+import hashlib
 from collections.abc import Hashable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from provider.core.model import Source, describe
+from provider.mount.planning import KUBELET_PREFIX
 
 if TYPE_CHECKING:
     from provider.mount.planning import MountPlan
@@ -53,3 +55,14 @@ def served(
                 Served(spec.name, store, describe(spec.ref), source, versions.get(spec.name, ()))
             )
     return tuple(out)
+
+
+def class_digest(params: Mapping[str, str]) -> str:
+    """SHA-256 of a class's parameters (the kubelet's own keys left out: the pod, its tokens):
+    equal for every pod that mounts the same parameters, and `sha256sum` of the parameters
+    written as `key=value\\0`, sorted by key. Never over a value the provider fetched."""
+    digest = hashlib.sha256()
+    for key in sorted(k for k in params if not k.startswith(KUBELET_PREFIX)):
+        digest.update(key.encode("utf-8", "surrogatepass") + b"=")
+        digest.update(params[key].encode("utf-8", "surrogatepass") + b"\0")
+    return digest.hexdigest()

@@ -1,9 +1,11 @@
-"""Which answered mounts get a log line (provider/edge/repeats.py), and the server's use of it."""
+"""Which mounts get a log line (provider/edge/repeats.py), and the server's use of it: answers
+and failures."""
 
 from __future__ import annotations
 
 import logging
 
+import grpc
 import pytest
 
 from devkit.serving import Provider
@@ -80,3 +82,23 @@ async def test_the_server_logs_a_volumes_first_mount_and_each_change(
     await provider.stub.Mount(request, timeout=10)
     lines = mount_lines(caplog)
     assert len(lines) == 2 and lines[1]["repeats"] == 2
+
+
+async def test_the_server_groups_a_volumes_repeated_failures_like_its_answers(
+    provider: Provider, caplog: pytest.LogCaptureFixture
+) -> None:
+    caplog.set_level(logging.INFO, logger="secrets_bridge")
+    request = mount_request(attributes([{"objectName": "api-key"}]))
+    await provider.stub.Mount(request, timeout=10)
+    provider.write_store({"secrets": {}})  # gone: every poll now fails the same way
+    for _ in range(3):
+        with pytest.raises(grpc.aio.AioRpcError):
+            await provider.stub.Mount(request, timeout=10)
+    provider.write_store({"secrets": {"api-key": "key-456"}})  # back: logged at once
+    await provider.stub.Mount(request, timeout=10)
+    lines = [
+        (r.getMessage(), getattr(r, "fields", {}).get("repeats"))
+        for r in caplog.records
+        if r.name == "secrets_bridge.server"
+    ]
+    assert lines == [("mount", None), ("mount failed", None), ("mount", 2)]
