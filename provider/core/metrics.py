@@ -82,7 +82,8 @@ class Metrics:
         )
         self.audit_records = Counter(
             "secrets_bridge_audit_records",
-            "Lines written to the audit trail (--audit-log) by event: answered, refused, start",
+            "Lines written to the audit trail (--audit-log) by event: answered, refused, start, "
+            "repeated, dropped",
             ["event"],
             registry=r,
         )

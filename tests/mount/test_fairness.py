@@ -71,7 +71,7 @@ async def test_no_set_of_namespaces_takes_every_slot_from_another(
     start = time.monotonic()
     result = await fetcher.fetch(store, PLAN, who("a"), ["r"], fetch_ctx(5))
     assert result["r"][0].content == b"v1"  # type: ignore[index]
-    assert time.monotonic() - start < 0.2
+    assert time.monotonic() - start < 1.0  # the hung reads hold their slots for 30 s
     for task in attack:
         task.cancel()
     await asyncio.gather(*attack, return_exceptions=True)
