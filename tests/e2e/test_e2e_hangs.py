@@ -28,6 +28,8 @@ OBJECTS = [
     for i in range(3)
 ]
 B_ACCOUNTS = [f"b{i}" for i in range(20)]
+#: Namespaces whose classes point at a Vault of their own that never answers a read.
+HOSTILE = ("b", "c", "d", "e")
 
 
 @pytest.fixture(scope="module")
@@ -40,7 +42,7 @@ def bao(tmp_path_factory: pytest.TempPathFactory, signing_key: SigningKey) -> It
     server = OpenBao.start(Path(tmp_path_factory.mktemp("openbao")))
     try:
         server.configure_jwt_auth("jwt", signing_key.public_pem)
-        for ns, accounts in (("a", ["app"]), ("b", B_ACCOUNTS)):
+        for ns, accounts in (("a", ["app"]), *((h, B_ACCOUNTS) for h in HOSTILE)):
             server.put_policy(ns, read_policy([f"secret/data/{ns}/*"]))
             server.add_jwt_role("jwt", ns, namespace=ns, service_account=accounts, policies=[ns])
             for i in range(3):
@@ -199,6 +201,43 @@ async def test_a_namespace_hanging_its_own_vault_does_not_delay_another_namespac
         reply = await running.stub.Mount(request(signing_key), timeout=5)
         assert time.monotonic() - start < 1.0
         assert contents(reply)["o0"] == b"a-secret-0"
+        for call in attack:
+            call.cancel()
+        await asyncio.gather(*attack, return_exceptions=True)
+        proxy.release()
+
+
+async def test_several_namespaces_hanging_their_own_vaults_do_not_delay_another(
+    tmp_path: Path, bao: OpenBao, proxy: HangProxy, signing_key: SigningKey
+) -> None:
+    """Issue 32, attack 1, with the default shares (64 slots, 16 a namespace): four namespaces
+    of 20 volumes each hang 64 loads on their own Vault; a fifth namespace's mounts go on."""
+    async with provider(tmp_path, bao.addr, store_call_timeout=30) as running:
+        proxy.hang(when=is_read)
+        attack = [
+            asyncio.ensure_future(
+                running.stub.Mount(
+                    request(signing_key, ns, account, pod=account, vaultAddress=proxy.url),
+                    timeout=30,
+                )
+            )
+            for ns in HOSTILE
+            for account in B_ACCOUNTS
+        ]
+        await asyncio.sleep(2.0)
+        assert proxy.held >= 64  # every slot of the backend is held by a hung read
+        latencies = []
+        for i in range(20):
+            start = time.monotonic()
+            reply = await running.stub.Mount(request(signing_key, pod=f"v{i}"), timeout=5)
+            latencies.append(time.monotonic() - start)
+            assert contents(reply)["o0"] == b"a-secret-0"
+        latencies.sort()
+        print(
+            f"victim during the attack: p50 {latencies[9] * 1e3:.1f} ms, "
+            f"p99 {latencies[-1] * 1e3:.1f} ms ({proxy.held} reads held)"
+        )
+        assert latencies[-1] < 1.0
         for call in attack:
             call.cancel()
         await asyncio.gather(*attack, return_exceptions=True)
