@@ -4,6 +4,15 @@
 kubelet's pod keys identify the pod truthfully; everything else may come from the pod author.
 The tokens value is JSON inside a JSON string; `secrets` is `null`, `{}` or a map of strings.
 
+A second caller sends the same shape: the secrets-store-sync-controller (docs/sync-controller.md),
+which has no pod and no volume. Its attributes are the class's parameters (no volume overlay, no
+`secretProviderClass`, no `ephemeral`), the SecretSync's namespace and `serviceAccountName` as
+the identity keys, the controller's OWN pod as pod name and uid (empty when its downward-API env
+is unset), and tokens it minted for that service account (600 s, bound to no pod); `secrets` is
+`{}`, the target path the placeholder "/mnt/secrets-store". So only the namespace and the service
+account are required here; pod name, pod uid, tokens and the target path may be empty, and
+nothing below depends on the target path being a kubelet path (tests/edge/test_attributes_sync.py).
+
 Nesting: the driver's JSON is at most two levels deep (tokens: audience -> entry), but a tenant
 may send any depth in the tokens value (a pod attribute) and the request's other fields. The C
 JSON decoder gives up at the interpreter's recursion limit (1,000 frames by default, taken from

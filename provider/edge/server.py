@@ -126,7 +126,7 @@ class ProviderServicer(provider_pb2_grpc.CSIDriverProviderServicer):  # type: ig
             # Bounded (MAX_MESSAGE_BYTES): the first problems of a class of hundreds, then
             # how many more; a longer trailer fails gRPC clients, and each retry logs it.
             code, message = exc.code, exc.brief()
-            repeats = self._failed(request.target_path, fields, code.name, message)
+            repeats = self._failed(_volume(request.target_path, fields), fields, code.name, message)
             if repeats is not None:
                 line = {**fields, "code": code.name, "error": message}
                 if repeats:
@@ -134,7 +134,8 @@ class ProviderServicer(provider_pb2_grpc.CSIDriverProviderServicer):  # type: ig
                 log.warning("mount failed", extra={"fields": line})
         except Exception as exc:
             code, message = grpc.StatusCode.INTERNAL, INTERNAL_TEXT
-            repeats = self._failed(request.target_path, fields, code.name, type(exc).__name__)
+            volume = _volume(request.target_path, fields)
+            repeats = self._failed(volume, fields, code.name, type(exc).__name__)
             if repeats is not None:
                 line = {**fields, "repeats": repeats} if repeats else fields
                 log.exception("mount failed unexpectedly", extra={"fields": line})
@@ -142,7 +143,8 @@ class ProviderServicer(provider_pb2_grpc.CSIDriverProviderServicer):  # type: ig
             if audit is not None and not audit.answered(mount_input, result):
                 code, message, audit = grpc.StatusCode.UNAVAILABLE, UNWRITABLE_TEXT, None
             else:
-                return self._answer(result, mount_input.target_path, fields, start)
+                volume = _volume(mount_input.target_path, fields)
+                return self._answer(result, volume, fields, start)
         if audit is not None:
             audit.refused(mount_input, code.name, message)
         try:
@@ -294,3 +296,10 @@ def dial(socket_path: str) -> grpc.aio.Channel:
             ("grpc.max_receive_message_length", 64 * 1024 * 1024),
         ],
     )
+
+
+def _volume(target_path: str, fields: dict[str, object]) -> str:
+    """What log lines are grouped by: the volume's target path, and the pod's namespace and
+    service account — the secrets-store-sync-controller sends one placeholder path for every
+    SecretSync (docs/sync-controller.md), which must not count as one volume."""
+    return f"{target_path}|{fields.get('namespace', '')}/{fields.get('serviceaccount', '')}"

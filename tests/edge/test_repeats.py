@@ -3,6 +3,7 @@ and failures."""
 
 from __future__ import annotations
 
+import json
 import logging
 
 import grpc
@@ -102,3 +103,22 @@ async def test_the_server_groups_a_volumes_repeated_failures_like_its_answers(
         if r.name == "secrets_bridge.server"
     ]
     assert lines == [("mount", None), ("mount failed", None), ("mount", 2)]
+
+
+async def test_one_target_path_of_several_namespaces_is_not_one_volume(
+    provider: Provider, caplog: pytest.LogCaptureFixture
+) -> None:
+    """The secrets-store-sync-controller sends every SecretSync with one placeholder path: a
+    namespace's failure is logged even when another's identical one was just logged."""
+    twice = [{"objectName": "a"}, {"objectName": "a"}]  # refused alike in every namespace
+    for namespace in ("team-a", "team-a", "team-b"):
+        attrs = json.loads(attributes(twice))
+        attrs["csi.storage.k8s.io/pod.namespace"] = namespace
+        request = mount_request(json.dumps(attrs))
+        request.target_path = "/mnt/secrets-store"
+        with pytest.raises(grpc.aio.AioRpcError):
+            await provider.stub.Mount(request, timeout=5)
+    logged = [
+        r for r in caplog.records if r.getMessage() == "mount failed" and hasattr(r, "fields")
+    ]
+    assert [r.fields["namespace"] for r in logged] == ["team-a", "team-b"]
