@@ -35,7 +35,8 @@ async def pod_token(env: BackendEnv[Any], pod: Pod, audience: str) -> str:
         f"no service account token for audience {audience!r} was passed for pod "
         f"{pod.namespace}/{pod.name} (audiences passed: {have}); add "
         f"{{audience: {audience!r}}} to the CSIDriver's spec.tokenRequests (the driver's Helm "
-        f"value tokenRequests), or start the provider with --token-request-fallback"
+        f"value tokenRequests), or start the provider with --token-request-fallback (for the "
+        f"secrets-store-sync-controller: add {audience!r} to its --token-request-audience)"
     )
 
 
