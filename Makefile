@@ -8,11 +8,19 @@ STAMP  := $(VENV)/.installed
 
 install: $(STAMP)
 
-# Re-installs only when the project definition changes; otherwise a no-op.
-$(STAMP): pyproject.toml
+# Re-installs only when the project definition or the lock changes; otherwise a no-op. Every
+# package comes from requirements-test.lock at its pinned version, each file checked against its
+# sha256: pip first (so the locked pip, not the one the Python came with, installs the rest),
+# then everything else, the build backend included, then the project itself, editable, with no
+# dependency resolved. A dependency pyproject.toml adds without deploy/lock.sh fails `pip check`
+# (runtime) or tests/deploy/test_deploy_dockerfile.py (test extras).
+$(STAMP): pyproject.toml requirements-test.lock
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
-	$(BIN)/python -m pip install --quiet --upgrade pip
-	$(BIN)/python -m pip install --quiet -e '.[test]'
+	sed -n '/^pip==/,/[^\\]$$/p' requirements-test.lock >$(VENV)/pip.lock
+	$(BIN)/python -m pip install --quiet --require-hashes -r $(VENV)/pip.lock
+	$(BIN)/python -m pip install --quiet --require-hashes -r requirements-test.lock
+	$(BIN)/python -m pip install --quiet --no-deps --no-build-isolation -e .
+	$(BIN)/python -m pip check
 	touch $(STAMP)
 
 # Tools that conflict with the runtime dependencies live in their own virtual environments.
