@@ -132,7 +132,10 @@ def _parse_ref(obj: Mapping[str, Any], where: str, problems: Problems) -> VaultR
     path = parsed.path.lstrip("/")
     # Upstream accepts the API prefix too: "v1/secret/x" and "/v1/secret/x" mean "secret/x".
     path = path.removeprefix("v1/").strip("/")
-    if not path or parsed.scheme or parsed.netloc or ".." in path.split("/"):
+    # Dot segments, escaped or not: the HTTP client resolves `%2e%2e` as `..`, so the read
+    # would go elsewhere than the path the audit trail and the messages name.
+    segments = urllib.parse.unquote(path).split("/")
+    if not path or parsed.scheme or parsed.netloc or {".", ".."} & set(segments):
         problems.add(
             f"{where}.secretPath: expected an API path without /v1/, such as "
             f"secret/data/db, got {raw_path!r}"

@@ -191,6 +191,11 @@ def test_secret_args_with_get_is_a_warning() -> None:
             "objects[0].secretPath",
         ),
         ({"objects": "- {objectName: a, secretPath: '../sys/mounts'}"}, "objects[0].secretPath"),
+        (  # escaped dot segments: the HTTP client would resolve them (not the audited path)
+            {"objects": "- {objectName: a, secretPath: 'secret/data/%2e%2e/%2E%2e/sys/mounts'}"},
+            "objects[0].secretPath",
+        ),
+        ({"objects": "- {objectName: a, secretPath: 'secret/./data/a'}"}, "objects[0].secretPath"),
         ({"objects": "- {objectName: a, secretPath: a/b, secretKey: [x]}"}, "objects[0].secretKey"),
         ({"vaultSkipTLSVerify": "yes"}, "vaultSkipTLSVerify"),
         ({"vaultAddress": "vault:8200"}, "vaultAddress: expected an http:// or https:// URL"),
