@@ -81,7 +81,7 @@ class ClientPool:
         if self._session is None:
             self._session = get_session()
         config: dict[str, Any] = {
-            # Retries are ours (provider/retrying.py), bounded by the Mount's deadline.
+            # Retries are ours (provider/core/retrying.py), bounded by the Mount's deadline.
             "retries": {"total_max_attempts": 1},
             "connect_timeout": self._options.connect_timeout,
             "read_timeout": self._options.read_timeout,

@@ -11,7 +11,7 @@
      └── MountFailed                 (code of its most actionable part) several objects failed
 
 Anything that is not a BridgeError becomes INTERNAL with a fixed text; the traceback goes to the
-log only (see provider/server.py). Backends translate their SDK's exceptions into this tree in
+log only (see provider/edge/server.py). Backends translate their SDK's exceptions into this tree in
 exactly one place each, so messages can name the object, store and identity without ever
 carrying secret material. A store's error body is never relayed: messages carry the HTTP or RPC
 status and the store's known error codes (`known_phrases`: our own fixed text for each), and the

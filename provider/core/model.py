@@ -87,7 +87,7 @@ class Pod:
 
 @dataclass(frozen=True)
 class Transforms:
-    """What to do with a fetched value before it becomes a file (provider/transforms.py).
+    """What to do with a fetched value before it becomes a file (provider/mount/transforms.py).
 
     `extract_key` is a literal top-level key (upstream `secretKey`, `extractJSONKey`,
     `extractYAMLKey`); `extract` is a JMESPath expression (ours, and AWS `jmesPath`).

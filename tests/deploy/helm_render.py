@@ -10,7 +10,6 @@ through Helm's real lookup (client-go discovery, then a GET of the Secret) witho
 from __future__ import annotations
 
 import argparse
-import importlib
 import json
 import threading
 from collections.abc import Iterator
@@ -22,6 +21,7 @@ import helm_python as helm
 import pytest
 import yaml
 
+from provider.cli.flags import add_serve_flags
 from tests.deploy.conftest import DEPLOY, Rendered
 
 CHART = DEPLOY / "helm" / "secrets-bridge"
@@ -51,20 +51,10 @@ ALL_ON: dict[str, Any] = {
 
 
 def serve_parser() -> argparse.ArgumentParser:
-    """A parser with exactly the provider's `serve` flags (from the provider's own code).
-
-    The CLI module is being reorganised (provider/cli.py -> provider/cli/main.py); either place
-    is accepted, so this test follows the flags, not the file they live in.
-    """
-    for module in ("provider.cli.main", "provider.cli"):
-        try:
-            add_serve_flags = importlib.import_module(module).add_serve_flags
-        except (ImportError, AttributeError):
-            continue
-        parser = argparse.ArgumentParser(prog="secrets-bridge serve")
-        add_serve_flags(parser)
-        return parser
-    pytest.fail("found no add_serve_flags in provider.cli.main or provider.cli")
+    """A parser with exactly the provider's `serve` flags (from the provider's own code)."""
+    parser = argparse.ArgumentParser(prog="secrets-bridge serve")
+    add_serve_flags(parser)
+    return parser
 
 
 def load() -> helm.Chart:
