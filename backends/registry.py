@@ -8,10 +8,9 @@ from __future__ import annotations
 
 import importlib
 import importlib.util
-from types import ModuleType
 from typing import Any
 
-from provider.core.backend import AnyBackend, BackendEnv
+from provider.core.backend import AnyBackend, AnyDialect, BackendEnv
 
 PACKAGES: dict[str, str] = {
     "vault": "backends.vault",
@@ -27,8 +26,10 @@ def names() -> list[str]:
     return [n for n, pkg in PACKAGES.items() if importlib.util.find_spec(pkg) is not None]
 
 
-def dialect_module(name: str) -> ModuleType:
-    return importlib.import_module(f"{PACKAGES[name]}.dialect")
+def dialect_module(name: str) -> AnyDialect:
+    """The store's dialect module, as the Dialect protocol (each store.py has mypy check it)."""
+    module: AnyDialect = importlib.import_module(f"{PACKAGES[name]}.dialect")
+    return module
 
 
 def options_class(name: str) -> type[Any]:

@@ -33,7 +33,7 @@ from provider.core.boundedyaml import load_yaml
 from provider.core.model import ObjectSpec, ParseContext, StorePlan
 from provider.core.parsing import Problems, expect_list, go_bool, unique_names
 
-__all__ = ["KEYS", "AwsRef", "AwsStore", "Target", "parse"]
+__all__ = ["KEYS", "AwsRef", "AwsStore", "Target", "audiences", "lifetime", "parse"]
 
 KEYS = frozenset(
     {
@@ -133,3 +133,8 @@ def audiences(store: AwsStore) -> tuple[str, ...]:
     """The audience of the pod token a mount of this class needs (`check --json`); the same
     values as backends/aws/auth.py logs in with."""
     return ("pods.eks.amazonaws.com",) if store.use_pod_identity else ("sts.amazonaws.com",)
+
+
+def lifetime(ref: AwsRef) -> tuple[str, str] | None:
+    """Its answers are plain secrets: no lease, no certificate issued per read (`check`)."""
+    return None

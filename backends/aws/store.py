@@ -13,13 +13,14 @@ import asyncio
 import dataclasses
 from collections.abc import Mapping, Sequence
 
+from backends.aws import dialect
 from backends.aws.auth import Authenticator
 from backends.aws.clients import ClientPool, Credentials
 from backends.aws.errors import STALE_CREDENTIALS, AwsDenied
 from backends.aws.options import Options
 from backends.aws.reading import Reader, Shared, pack
 from backends.aws.refs import AwsRef, AwsStore
-from provider.core.backend import BackendEnv
+from provider.core.backend import Backend, BackendEnv, Dialect
 from provider.core.caching import ExpiringCache
 from provider.core.errors import BridgeError, PermissionDenied
 from provider.core.model import FetchContext, Fetched, Identity, Pod, SecretValue, StorePlan
@@ -138,5 +139,10 @@ def _expired(result: Fetched) -> bool:
     return isinstance(result, AwsDenied) and result.aws_code in STALE_CREDENTIALS
 
 
-def create(env: BackendEnv[Options]) -> AwsBackend:
+def create(env: BackendEnv[Options]) -> Backend[AwsStore, AwsRef]:
+    """The store's backend, typed as the protocol so that mypy checks it against it."""
     return AwsBackend(env)
+
+
+#: The dialect module, checked by mypy against the Dialect protocol (provider/core/backend.py).
+DIALECT: Dialect[AwsStore, AwsRef, Options] = dialect

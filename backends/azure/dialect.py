@@ -205,3 +205,8 @@ def audiences(store: AzureStore) -> tuple[str, ...]:
     """The audience of the pod token a mount of this class needs (`check --json`): workload
     identity's; the other modes log in without the pod's token."""
     return ("api://AzureADTokenExchange",) if store.auth == "workload-identity" else ()
+
+
+def lifetime(ref: AzureRef) -> tuple[str, str] | None:
+    """Its answers are plain secrets: no lease, no certificate issued per read (`check`)."""
+    return None

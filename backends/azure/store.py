@@ -11,13 +11,13 @@ import asyncio
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from backends.azure import auth
+from backends.azure import auth, dialect
 from backends.azure.client import VaultReader, VaultSession
 from backends.azure.dialect import AzureStore
 from backends.azure.objects import AzureRef
 from backends.azure.options import Options
 from backends.azure.transport import SharedSession
-from provider.core.backend import BackendEnv
+from provider.core.backend import Backend, BackendEnv, Dialect
 from provider.core.errors import BridgeError
 from provider.core.model import FetchContext, Fetched, Identity, Pod, StorePlan
 
@@ -111,5 +111,10 @@ def _client_class(object_type: str) -> Any:
     return SecretClient
 
 
-def create(env: BackendEnv[Options]) -> AzureBackend:
+def create(env: BackendEnv[Options]) -> Backend[AzureStore, AzureRef]:
+    """The store's backend, typed as the protocol so that mypy checks it against it."""
     return AzureBackend(env)
+
+
+#: The dialect module, checked by mypy against the Dialect protocol (provider/core/backend.py).
+DIALECT: Dialect[AzureStore, AzureRef, Options] = dialect

@@ -78,3 +78,9 @@ def parse(params: Mapping[str, str], ctx: ParseContext[Options]) -> StorePlan[Fa
 def audiences(store: FakeStore) -> tuple[str, ...]:
     """The audience of the pod token a mount of this class needs (`check --json`)."""
     return (store.audience,) if store.audience else ()
+
+
+def lifetime(ref: FakeRef) -> tuple[str, str] | None:
+    """Unknown to `check`: the fake store's leases come from its file, which `check` does not
+    read (docs/fake-store.md)."""
+    return None

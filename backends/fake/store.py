@@ -30,9 +30,10 @@ from typing import Any
 
 import yaml
 
+from backends.fake import dialect
 from backends.fake.dialect import FakeRef, FakeStore
 from backends.fake.options import Options
-from provider.core.backend import BackendEnv
+from provider.core.backend import Backend, BackendEnv, Dialect
 from provider.core.errors import (
     BridgeError,
     InvalidParameters,
@@ -213,5 +214,10 @@ def _config_error(path: str, exc: Exception) -> BridgeError:
     return StoreUnavailable(f"fake store file {path} cannot be read: {type(exc).__name__}")
 
 
-def create(env: BackendEnv[Options]) -> FakeBackend:
+def create(env: BackendEnv[Options]) -> Backend[FakeStore, FakeRef]:
+    """The store's backend, typed as the protocol so that mypy checks it against it."""
     return FakeBackend(env)
+
+
+#: The dialect module, checked by mypy against the Dialect protocol (provider/core/backend.py).
+DIALECT: Dialect[FakeStore, FakeRef, Options] = dialect

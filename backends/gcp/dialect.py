@@ -262,3 +262,8 @@ def audiences(store: GcpStore) -> tuple[str, ...]:
     if store.auth != "pod-adc":
         return ()
     return (store.audience.token if store.audience else "<PROJECT>.svc.id.goog",)
+
+
+def lifetime(ref: GcpRef) -> tuple[str, str] | None:
+    """Its answers are plain secrets: no lease, no certificate issued per read (`check`)."""
+    return None

@@ -13,6 +13,7 @@ from __future__ import annotations
 import asyncio
 from collections.abc import Mapping, Sequence
 
+from backends.gcp import dialect
 from backends.gcp.auth import Authenticator
 from backends.gcp.client import SecretManager
 from backends.gcp.dialect import GcpRef, GcpStore
@@ -20,7 +21,7 @@ from backends.gcp.errors import TokenRejected
 from backends.gcp.exchange import AccessToken, TokenEndpoints
 from backends.gcp.options import Options
 from backends.gcp.parameters import ParameterManager
-from provider.core.backend import BackendEnv
+from provider.core.backend import Backend, BackendEnv, Dialect
 from provider.core.errors import BridgeError
 from provider.core.model import FetchContext, Fetched, Identity, Pod, SecretValue, StorePlan
 
@@ -97,5 +98,10 @@ class GcpBackend:
         self._auth.close()
 
 
-def create(env: BackendEnv[Options]) -> GcpBackend:
+def create(env: BackendEnv[Options]) -> Backend[GcpStore, GcpRef]:
+    """The store's backend, typed as the protocol so that mypy checks it against it."""
     return GcpBackend(env)
+
+
+#: The dialect module, checked by mypy against the Dialect protocol (provider/core/backend.py).
+DIALECT: Dialect[GcpStore, GcpRef, Options] = dialect

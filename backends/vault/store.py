@@ -16,14 +16,14 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from backends.vault import leases
+from backends.vault import dialect, leases
 from backends.vault.auth import Authenticator, VaultToken
 from backends.vault.client import Reply, VaultHTTP, status_error
 from backends.vault.dialect import VaultStore
 from backends.vault.leases import Leases
 from backends.vault.objects import VaultRef
 from backends.vault.options import Options
-from provider.core.backend import BackendEnv
+from provider.core.backend import Backend, BackendEnv, Dialect
 from provider.core.errors import BridgeError, NotFound, StoreUnavailable
 from provider.core.identity import pod_scope, pod_token
 from provider.core.model import (
@@ -242,5 +242,10 @@ def _object_names(plan: Plan) -> dict[VaultRef, str]:
     }
 
 
-def create(env: BackendEnv[Options]) -> VaultBackend:
+def create(env: BackendEnv[Options]) -> Backend[VaultStore, VaultRef]:
+    """The store's backend, typed as the protocol so that mypy checks it against it."""
     return VaultBackend(env)
+
+
+#: The dialect module, checked by mypy against the Dialect protocol (provider/core/backend.py).
+DIALECT: Dialect[VaultStore, VaultRef, Options] = dialect

@@ -197,8 +197,7 @@ def _lifetime(backend: str, ref: Any) -> dict[str, str] | None:
     """Whether the object is expected to be a credential with a lifetime (a lease, a
     certificate: held per pod, renewed at two thirds of its life), and why; the answer decides
     at each read, so a plain-looking path that answers with a lease is held too."""
-    expected = getattr(registry.dialect_module(backend), "lifetime", None)
-    found = expected(ref) if expected is not None else None
+    found = registry.dialect_module(backend).lifetime(ref)
     return None if found is None else {"kind": found[0], "why": found[1]}
 
 

@@ -1,16 +1,19 @@
 """The one interface every store implements, and what the composition root builds it with.
 
 Each store package `backends/<name>/` has the same file roles:
-  - `dialect.py`: KEYS (every parameter name of the dialect) and
-                  `parse(params, ctx: ParseContext[Options]) -> StorePlan[Store, Ref]`;
-                  imports no SDK, so `check` and start-up stay fast.
+  - `dialect.py`: the `Dialect` protocol below — KEYS (every parameter name of the dialect),
+                  `parse(params, ctx: ParseContext[Options]) -> StorePlan[Store, Ref]`,
+                  `audiences(store)` and `lifetime(ref)`; imports no SDK, so `check` and
+                  start-up stay fast.
   - `options.py`: `Options`, a frozen dataclass of provider-level flags (provider/core/settings.py
                   turns each field into `--<name>-<field>` and `SECRETS_BRIDGE_<NAME>_<FIELD>`);
                   every field has a default, so `Options()` is the store's defaults.
   - `auth.py`:    who the pod is for the store (identity key, login, credential cache).
   - `client.py`:  the wire, and the one place the store's errors are translated into
                   provider/core/errors.py (some stores keep the translation table in `errors.py`).
-  - `store.py`:   `create(env: BackendEnv[Options]) -> Backend[Store, Ref]`, the SDK loaded lazily.
+  - `store.py`:   `create(env: BackendEnv[Options]) -> Backend[Store, Ref]`, the SDK loaded lazily,
+                  and `DIALECT: Dialect[Store, Ref, Options] = dialect`: mypy checks both
+                  modules against these protocols.
 """
 
 from __future__ import annotations
@@ -32,6 +35,7 @@ from provider.core.model import (
     Identity,
     Lifetime,
     OptionsT,
+    ParseContext,
     Pod,
     RefT,
     StorePlan,
@@ -217,5 +221,31 @@ class Renewing(Protocol):
         ...
 
 
+class Dialect(Protocol[StoreT, RefT, OptionsT]):
+    """What every `backends/<name>/dialect.py` module is. Each store's `store.py` assigns its
+    dialect module to a `Dialect[Store, Ref, Options]`, so mypy checks the module against this;
+    the registry hands dialects out as this type."""
+
+    #: Every top-level parameter the dialect reads (the rest are warned about as unused).
+    KEYS: frozenset[str]
+
+    def parse(
+        self, params: Mapping[str, str], ctx: ParseContext[OptionsT]
+    ) -> StorePlan[StoreT, RefT]:
+        """The class's parameters as a plan; InvalidParameters naming every problem."""
+        ...
+
+    def audiences(self, store: StoreT) -> tuple[str, ...]:
+        """The audiences of the pod tokens a mount of this store needs (`check`, `mount`,
+        the multi-store message for a missing token)."""
+        ...
+
+    def lifetime(self, ref: RefT) -> tuple[str, str] | None:
+        """What `check --json` says of an object: ("lease" or "certificate", why) when its
+        answer is expected to be a credential with a lifetime; None for a plain secret."""
+        ...
+
+
 #: How the store-neutral layers (mount, edge) hold any store.
 AnyBackend = Backend[Any, Any]
+AnyDialect = Dialect[Any, Any, Any]
