@@ -18,6 +18,7 @@ from typing import Any
 
 import grpc
 
+from backends import registry
 from protos import provider_pb2, provider_pb2_grpc
 from provider import __version__
 from provider.core.errors import INTERNAL_TEXT, BridgeError, DeadlineExceeded
@@ -29,6 +30,7 @@ from provider.edge.prepared import Requests
 from provider.edge.repeats import Repeats
 from provider.edge.watchdog import Watchdog
 from provider.mount.mounting import DEFAULT_DEADLINE, Mounter, MountInput, MountResult
+from provider.mount.planning import MULTI
 
 log = logging.getLogger("secrets_bridge.server")
 
@@ -251,8 +253,9 @@ def answer_margin(remaining: float) -> float:
     return min(1.0, max(remaining, 0.0) / 4)
 
 
-# Metric labels come from a fixed set, so a pod author cannot mint label values.
-_KNOWN = frozenset({"vault", "aws", "gcp", "azure", "fake", "multi"})
+# Metric labels come from a fixed set, so a pod author cannot mint label values: the stores the
+# registry lists (the one list of stores), and a class of several.
+_KNOWN = frozenset({*registry.PACKAGES, MULTI})
 
 
 def _response(result: MountResult) -> provider_pb2.MountResponse:
