@@ -39,6 +39,15 @@ def options_class(name: str) -> type[Any]:
     return options
 
 
+def sdk_loggers() -> list[str]:
+    """Every store's SDK loggers (`SDK_LOGGERS` in its options.py), which `serve` keeps quiet."""
+    found: list[str] = []
+    for name in names():
+        module = importlib.import_module(f"{PACKAGES[name]}.options")
+        found += [n for n in getattr(module, "SDK_LOGGERS", ()) if n not in found]
+    return found
+
+
 def create(env: BackendEnv[Any]) -> AnyBackend:
     module = importlib.import_module(f"{PACKAGES[env.name]}.store")
     backend: AnyBackend = module.create(env)

@@ -17,6 +17,10 @@ POD_IDENTITY_IPV4 = "http://169.254.170.23/v1/credentials"
 POD_IDENTITY_IPV6 = "http://[fd00:ec2::23]/v1/credentials"
 
 
+#: The SDK's loggers, kept at WARNING by `serve`: they log request details (headers, URLs).
+SDK_LOGGERS: tuple[str, ...] = ("botocore", "aiobotocore", "urllib3")
+
+
 @dataclass(frozen=True)
 class Options:
     region: str | None = field(

@@ -7,6 +7,9 @@ which run a local HTTPS server that answers for the real host names.
 
 from dataclasses import dataclass, field
 
+#: The SDK's loggers, kept at WARNING by `serve`: they log request details (headers, URLs).
+SDK_LOGGERS: tuple[str, ...] = ("azure",)
+
 
 @dataclass(frozen=True)
 class Options:

@@ -2,6 +2,9 @@
 
 from dataclasses import dataclass, field
 
+#: The SDK's loggers, kept at WARNING by `serve`: they log request details (headers, URLs).
+SDK_LOGGERS: tuple[str, ...] = ()
+
 
 @dataclass(frozen=True)
 class Options:

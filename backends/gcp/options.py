@@ -26,6 +26,10 @@ GOOGLE_TOKEN_URIS = (
 )
 
 
+#: The SDK's loggers, kept at WARNING by `serve`: they log request details (headers, URLs).
+SDK_LOGGERS: tuple[str, ...] = ("google", "urllib3")
+
+
 @dataclass(frozen=True)
 class Options:
     project: str | None = field(

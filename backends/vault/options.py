@@ -7,6 +7,9 @@ VAULT_CACERT, ...) are accepted too, and OpenBao's BAO_ADDR.
 
 from dataclasses import dataclass, field
 
+#: The SDK's loggers, kept at WARNING by `serve`: they log request details (headers, URLs).
+SDK_LOGGERS: tuple[str, ...] = ()
+
 
 @dataclass(frozen=True)
 class Options:

@@ -25,6 +25,8 @@ from collections.abc import Callable
 from contextvars import ContextVar
 from typing import Any, TextIO
 
+from backends import registry
+
 #: The most characters (bytes: JSON lines are ASCII) of one line; a traceback counts too.
 LINE_BYTES = 16 * 1024
 #: What each field of a line that is too long is cut to first (a list to its first items).
@@ -356,6 +358,7 @@ def configure(level: str = "info", fmt: str = "json", stream: TextIO | None = No
     # (25 -> 14 µs); the logging HOWTO's "Optimization" section names these switches.
     logging.logThreads = logging.logProcesses = logging.logMultiprocessing = False
     logging._srcfile = None
-    # Store SDKs log request details (headers, URLs) at DEBUG/INFO; keep them quiet.
-    for noisy in ("azure", "botocore", "aiobotocore", "urllib3", "hvac", "google", "asyncio"):
+    # Store SDKs log request details (headers, URLs) at DEBUG/INFO; keep them quiet. Each
+    # store names its own (`SDK_LOGGERS` in its options.py): the registry is the list of stores.
+    for noisy in ("asyncio", *registry.sdk_loggers()):
         logging.getLogger(noisy).setLevel(max(logging.WARNING, root.level))

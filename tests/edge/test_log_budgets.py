@@ -251,3 +251,22 @@ def test_budgets_refill_and_report_what_they_dropped() -> None:
         ("log l", 20 - passed + 1),
         ("later", None),
     ]
+
+
+def test_serve_quiets_every_registered_stores_sdk_loggers() -> None:
+    """Each store names its SDK's loggers in its options.py; the registry is the one list."""
+    from backends import registry
+    from provider.edge import logs
+
+    assert {"botocore", "google", "azure"} <= set(registry.sdk_loggers())
+    root = logging.getLogger()
+    saved = (root.handlers[:], root.level)
+    levels = {n: logging.getLogger(n).level for n in registry.sdk_loggers()}
+    try:
+        logs.configure("debug", "json", stream=io.StringIO())
+        assert all(logging.getLogger(n).level == logging.WARNING for n in levels)
+    finally:
+        root.handlers[:] = saved[0]
+        root.setLevel(saved[1])
+        for name, level in levels.items():
+            logging.getLogger(name).setLevel(level)
