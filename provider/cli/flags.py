@@ -16,6 +16,7 @@ from collections.abc import Callable
 from typing import Any, NoReturn, get_args
 
 from backends import registry
+from provider.core import parsing
 from provider.core.errors import InvalidParameters
 from provider.core.files import DRIVER_RECV_BYTES
 from provider.core.limits import parse_rate_limits
@@ -255,12 +256,8 @@ def _durations(g: Any) -> None:
 
 def fraction(text: str) -> float:
     """A fraction above 0 and below 1 (`2/3` or `0.67`)."""
-    try:
-        top, _, bottom = text.partition("/")
-        value = float(top) / float(bottom) if bottom else float(top)
-    except (ValueError, ZeroDivisionError):
-        value = float("nan")
-    if not 0 < value < 1:
+    value = parsing.fraction(text)
+    if value is None:
         raise argparse.ArgumentTypeError(
             f"expected a fraction above 0 and below 1 (such as 2/3 or 0.5), got {text!r}"
         )

@@ -81,6 +81,17 @@ GO_TRUE = frozenset({"1", "t", "T", "TRUE", "true", "True"})
 GO_FALSE = frozenset({"0", "f", "F", "FALSE", "false", "False"})
 
 
+def fraction(text: str) -> float | None:
+    """A fraction above 0 and below 1, written `2/3` or `0.67`; None when `text` is not one
+    (`--renew-at`, a class's `renewAt`)."""
+    top, _, bottom = text.strip().partition("/")
+    try:
+        value = float(top) / float(bottom) if bottom else float(top)
+    except (ValueError, ZeroDivisionError):
+        return None
+    return value if 0 < value < 1 else None  # NaN fails both comparisons
+
+
 def go_bool(value: str, field: str, problems: Problems, default: bool = False) -> bool:
     """A switch spelled as Go's strconv.ParseBool reads it; '' is the default. Callers trim
     first where their upstream trims (Azure, AWS usePodIdentity does not)."""

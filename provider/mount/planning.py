@@ -18,7 +18,7 @@ from provider.core.boundedyaml import yaml_node_budget
 from provider.core.errors import InvalidParameters
 from provider.core.files import overlap_problems, path_problem
 from provider.core.model import AnyPlan, ObjectSpec, ParseContext, Pod
-from provider.core.parsing import Problems
+from provider.core.parsing import Problems, fraction
 from provider.mount import stores as named_stores
 from provider.mount import templates
 from provider.mount.lifetimes import Owner
@@ -155,17 +155,12 @@ def _renew_at(text: str, problems: Problems) -> float | None:
     """`renewAt: "0.5"` (or "1/2"): renew this class's leases and certificates sooner."""
     if not text.strip():
         return None
-    top, _, bottom = text.strip().partition("/")
-    try:
-        value = float(top) / float(bottom) if bottom else float(top)
-    except (ValueError, ZeroDivisionError):
-        value = float("nan")
-    if not 0 < value < 1:
+    value = fraction(text)
+    if value is None:
         problems.add(
             f"renewAt: expected a fraction of a credential's life above 0 and below 1, such as "
             f"0.5 or 1/2, got {text!r}"
         )
-        return None
     return value
 
 
