@@ -23,7 +23,6 @@ import datetime
 import json
 import math
 import time
-from collections import OrderedDict
 from collections.abc import Awaitable, Callable, Hashable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
@@ -32,6 +31,7 @@ from backends.vault.client import Reply, VaultHTTP, status_error
 from backends.vault.dialect import VaultStore
 from provider.core.backend import BackendEnv
 from provider.core.errors import BridgeError, PermissionDenied
+from provider.core.memo import Memo
 from provider.core.model import FetchContext, Lifetime
 
 #: A lease-creating read wants its token to have this much of its TTL left.
@@ -142,17 +142,14 @@ class Leases:
     def __init__(self, env: BackendEnv[Any], http: VaultHTTP) -> None:
         self._env = env
         self._http = http
-        #: Refs whose reads created leases, least recently seen first.
-        self._leasing: OrderedDict[Hashable, None] = OrderedDict()
+        #: Refs whose reads created leases (each counts 1 against the memo's size).
+        self._leasing: Memo[Hashable, bool] = Memo(KNOWN_REFS, KNOWN_REFS)
 
     def creates_leases(self, ref: Hashable) -> bool:
-        return ref in self._leasing
+        return bool(self._leasing.get(ref))
 
     def saw_lease(self, ref: Hashable) -> None:
-        self._leasing[ref] = None
-        self._leasing.move_to_end(ref)
-        if len(self._leasing) > KNOWN_REFS:
-            self._leasing.popitem(last=False)
+        self._leasing.put(ref, True, 1)
 
     async def renew(self, lifetime: Lifetime, ctx: FetchContext) -> Lifetime | None:
         """The lifetime extended: the token renewed when it binds the end or is worn, the lease

@@ -32,12 +32,12 @@ import asyncio
 import contextlib
 import logging
 import time
-from collections import OrderedDict
 from collections.abc import Awaitable, Callable, Hashable, Sequence
 from dataclasses import dataclass
 
 from provider.core.backend import AnyBackend, Renewing
 from provider.core.errors import BridgeError
+from provider.core.memo import Memo
 from provider.core.metrics import Metrics
 from provider.core.model import (
     AnyPlan,
@@ -130,8 +130,8 @@ class Lifetimes:
         self._held: dict[Key, _Held] = {}
         #: Which table entry holds each value object (a shared first read hands one to many).
         self._claims: dict[int, Key] = {}
-        #: (backend, ref) known to carry a lifetime, least recently seen first.
-        self._known: OrderedDict[tuple[str, Hashable], None] = OrderedDict()
+        #: (backend, ref) known to carry a lifetime (each counts 1 against the memo's size).
+        self._known: Memo[tuple[str, Hashable], bool] = Memo(KNOWN_REFS, KNOWN_REFS)
         self._sweeper: asyncio.Task[None] | None = None
         #: Revocations running (held here so that the loop does not collect them).
         self._releases: set[asyncio.Task[None]] = set()
@@ -139,7 +139,7 @@ class Lifetimes:
 
     def private(self, backend: str, refs: Sequence[Hashable]) -> frozenset[Hashable]:
         """The refs known to carry a lifetime: each pod reads those alone."""
-        return frozenset(r for r in refs if (backend, r) in self._known)
+        return frozenset(r for r in refs if self._known.get((backend, r)))
 
     async def fetch(
         self,
@@ -376,10 +376,7 @@ class Lifetimes:
                     self._let_go(key, "idle")
 
     def _remember(self, backend: str, ref: Hashable) -> None:
-        self._known[(backend, ref)] = None
-        self._known.move_to_end((backend, ref))
-        if len(self._known) > KNOWN_REFS:
-            self._known.popitem(last=False)
+        self._known.put((backend, ref), True, 1)
 
     def _count(self, backend: str, event: str) -> None:
         self._metrics.credential_events.labels(backend, event).inc()
