@@ -20,7 +20,6 @@ would carry the pod's token or login body to a host the class did not name.
 from __future__ import annotations
 
 import asyncio
-import logging
 import socket
 from collections import OrderedDict
 from collections.abc import AsyncIterator, Awaitable, Callable, Hashable
@@ -34,8 +33,6 @@ from aiohttp.abc import AbstractResolver, ResolveResult
 from yarl import URL
 
 from provider.core.errors import LimitExceeded
-
-log = logging.getLogger("secrets_bridge.wire")
 
 K = TypeVar("K", bound=Hashable)
 
