@@ -36,7 +36,7 @@ from backends import nodefiles
 from backends.proxies import Proxies, proxied_requests, proxy_failure
 from backends.vault.dialect import TLSConfig
 from backends.wire import MAX_SESSIONS, Resolver, SessionPool, origin, read_capped
-from provider.core.backend import attempt_cutoff
+from provider.core.calls import attempt_cutoff
 from provider.core.errors import (
     BridgeError,
     DeadlineExceeded,

@@ -19,14 +19,14 @@ Each store package `backends/<name>/` has the same file roles:
 from __future__ import annotations
 
 import asyncio
-import contextvars
-import math
 import time
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Generic, Protocol, TypeVar, runtime_checkable
 
+from provider.core import calls
 from provider.core.caching import ExpiringCache
+from provider.core.calls import Failure
 from provider.core.errors import BridgeError, DeadlineExceeded, StoreSilent, StoreUnavailable
 from provider.core.metrics import Metrics
 from provider.core.model import (
@@ -56,60 +56,6 @@ CALL_MARGIN = 0.25
 #: timeout of its own (Vault's) cuts first, with a message naming its address; the core's is
 #: the backstop for SDKs without one.
 BACKSTOP_GRACE = 0.1
-
-_cutoff: contextvars.ContextVar[float] = contextvars.ContextVar("store_call_cutoff")
-_failures: contextvars.ContextVar[FailureWatch | None] = contextvars.ContextVar(
-    "store_call_failures", default=None
-)
-
-
-@dataclass(frozen=True)
-class Failure:
-    """A failed store call: its error, and whether the store was silent (the call was cut off)
-    rather than refusing."""
-
-    error: BridgeError
-    silent: bool
-
-    @property
-    def refused(self) -> bool:
-        """The store answered, with a failure worth retrying (down, restarting, throttling):
-        not silence, not a denial."""
-        return not self.silent and self.error.transient
-
-
-class FailureWatch:
-    """The latest failed store call made from one context on (a fetcher's load watches its
-    own, so a mount that stops waiting can say what the store did), and whom to tell at once
-    when the store refuses."""
-
-    def __init__(self, on_refused: Callable[[BridgeError], None] | None = None) -> None:
-        self.latest: Failure | None = None
-        self._on_refused = on_refused
-
-    def note(self, failure: Failure) -> None:
-        self.latest = failure
-        if self._on_refused is not None and failure.refused:
-            self._on_refused(failure.error)
-
-    def close(self) -> None:
-        """Stop telling of refusals. The watch lives on in the context of every handle and
-        task started while it was set, and its callback holds what the watcher answers with
-        (a load's values): let those go with the watcher."""
-        self._on_refused = None
-
-
-def watch_failures(on_refused: Callable[[BridgeError], None] | None = None) -> FailureWatch:
-    """Watch the store calls made from this context on (see FailureWatch)."""
-    watch = FailureWatch(on_refused)
-    _failures.set(watch)
-    return watch
-
-
-def attempt_cutoff() -> float:
-    """`time.monotonic()` at which the store call now running is cut off (inf outside
-    `BackendEnv.retry`): a store client with its own timer sets it to end there."""
-    return _cutoff.get(math.inf)
 
 
 @dataclass(frozen=True)
@@ -145,33 +91,25 @@ class BackendEnv(Generic[OptionsT]):
                 raise DeadlineExceeded(
                     f"no time left for a call to the {self.name} store before the deadline"
                 )
-            token = _cutoff.set(now + limit)
             try:
-                async with asyncio.timeout(limit + BACKSTOP_GRACE):
-                    return await call()
+                with calls.cut_off_at(now + limit):
+                    async with asyncio.timeout(limit + BACKSTOP_GRACE):
+                        return await call()
             except TimeoutError:
                 error = StoreUnavailable(
                     f"the {self.name} store did not answer within {limit:.1f}s "
                     "(--store-call-timeout)"
                 )
-                _note(Failure(error, silent=True))
+                calls.note(Failure(error, silent=True))
                 raise error from None
             except BridgeError as exc:
                 # A client's own timer (Vault's) that cut the call, before or at the cut-off,
                 # is silence too.
                 silent = isinstance(exc, StoreSilent) or time.monotonic() >= now + limit - 0.01
-                _note(Failure(exc, silent=silent))
+                calls.note(Failure(exc, silent=silent))
                 raise
-            finally:
-                _cutoff.reset(token)
 
         return await retry_transient(attempt, ctx, on_retry=count)
-
-
-def _note(failure: Failure) -> None:
-    watch = _failures.get()
-    if watch is not None:
-        watch.note(failure)
 
 
 class Backend(Protocol[StoreT, RefT]):

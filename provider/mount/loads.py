@@ -28,8 +28,9 @@ import asyncio
 import time
 from collections.abc import Callable, Hashable, Mapping, Sequence
 
-from provider.core.backend import AnyBackend, Failure, FailureWatch, watch_failures
+from provider.core.backend import AnyBackend
 from provider.core.caching import ExpiringCache
+from provider.core.calls import Failure, FailureWatch, watch_failures
 from provider.core.errors import BridgeError, DeadlineExceeded, NotFound, PermissionDenied
 from provider.core.limits import FetchSlots, RateLimiter, namespace_of
 from provider.core.model import (

@@ -27,7 +27,7 @@ from devkit.fakevault import (
     status,
 )
 from devkit.testing import fetch_ctx, make_env, make_pod
-from provider.core.backend import watch_failures
+from provider.core.calls import watch_failures
 from provider.core.errors import (
     BridgeError,
     DeadlineExceeded,
