@@ -232,6 +232,13 @@ class FetchContext:
     #: `time.monotonic()` after which no retry may start (about a third of the deadline).
     retry_deadline: float
 
+    @classmethod
+    def within(cls, seconds: float, now: float, retries: bool = True) -> FetchContext:
+        """A deadline `seconds` from `now` (time.monotonic()); retries may start within its
+        first third (the driver re-sends a failed mount, and the re-send joins the read),
+        or not at all."""
+        return cls(deadline=now + seconds, retry_deadline=now + seconds / 3 if retries else now)
+
 
 @dataclass(frozen=True)
 class ParseContext(Generic[OptionsT]):

@@ -10,7 +10,7 @@ is on; a memoized answer gets a fresh list per mount, because the sources differ
 from __future__ import annotations
 
 import hashlib
-from collections.abc import Hashable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
@@ -39,18 +39,14 @@ def served(
     object_versions: Sequence[tuple[str, tuple[str, ...]]],
     sources: Mapping[Any, Source] | None,
 ) -> tuple[Served, ...]:
-    """Every object of `plan`, with its source (by ref, for a one-store class) and versions."""
+    """Every object of `plan`, with its source (by (store index, ref): two stores may hold
+    equal refs, two Vault clusters one path) and versions."""
     versions = dict(object_versions)
     out = []
     for index, named in enumerate(plan.stores):
         store = describe(named.plan.store)
-        # A class of several stores keys its sources by (store index, ref): two stores may
-        # hold equal refs (two Vault clusters, one path).
-        by_ref: Mapping[Hashable, Source] | None = sources
-        if named.name and sources is not None:
-            by_ref = {ref: s for (i, ref), s in sources.items() if i == index}
         for spec in named.plan.objects:
-            source = by_ref.get(spec.ref) if by_ref is not None else None
+            source = sources.get((index, spec.ref)) if sources is not None else None
             out.append(
                 Served(spec.name, store, describe(spec.ref), source, versions.get(spec.name, ()))
             )

@@ -27,8 +27,7 @@ from provider.core.files import (
 from provider.core.model import ObjectSpec, SecretValue
 from provider.core.versions import Versioner
 from provider.mount import templates, transforms
-from provider.mount.gathering import Inputs
-from provider.mount.planning import MountPlan
+from provider.mount.planning import Inputs, MountPlan
 
 
 class Built(NamedTuple):
@@ -44,17 +43,14 @@ class Builder:
         self._max_bytes = max_bytes
 
     def failures(
-        self,
-        plan: MountPlan,
-        values: Mapping[Hashable, Sequence[SecretValue]],
-        order: Inputs | None = None,
+        self, inputs: Inputs, values: Mapping[Hashable, Sequence[SecretValue]]
     ) -> list[tuple[str, BridgeError]]:
         """Each object's transform problem, for a mount that failed anyway: the objects that
         were fetched are built too, so a wrong secretKey shows beside an unreachable path."""
         failures: list[tuple[str, BridgeError]] = []
         parsed: dict[Any, Any] = {}
         with yaml_node_budget():
-            for spec, key in plan_inputs(plan) if order is None else order:
+            for spec, key in inputs:
                 if key in values:
                     try:
                         self._object_files(spec, values[key], self._max_bytes, "", parsed)
@@ -65,10 +61,10 @@ class Builder:
     def build(
         self,
         plan: MountPlan,
+        inputs: Inputs,
         values: Mapping[Hashable, Sequence[SecretValue]],
         permission: int,
         scope: str,
-        order: Inputs | None = None,
     ) -> Built:
         """All files, each step refused before it would build past what is left of
         --max-response-bytes. Every byte built counts, `file: false` inputs of templates too,
@@ -76,13 +72,13 @@ class Builder:
         left = self._max_bytes
         files: list[File] = []
         versions: list[ObjectVersion] = []
-        inputs: dict[str, bytes] = {}
+        contents: dict[str, bytes] = {}
         input_versions: dict[str, str] = {}
         input_modes: dict[str, int] = {}
         failures: list[tuple[str, BridgeError]] = []
         parsed: dict[Any, Any] = {}
         per_object: list[tuple[str, tuple[str, ...]]] = []
-        for spec, key in plan_inputs(plan) if order is None else order:
+        for spec, key in inputs:
             try:
                 built = self._object_files(spec, values[key], left, scope, parsed)
             except BridgeError as exc:
@@ -91,7 +87,7 @@ class Builder:
             per_object.append((spec.name, tuple(b[3] for b in built)))
             for path, content, version_id, version in built:
                 left -= len(content) + len(path)
-                inputs[path] = content
+                contents[path] = content
                 input_versions[path] = version
                 # Every file an object yields (extracted, exploded) gets the object's mode.
                 mode = input_modes[path] = permission if spec.mode is None else spec.mode
@@ -101,9 +97,9 @@ class Builder:
         if failures:
             raise MountFailed(failures, context=plan.backend)
         for tmpl in plan.templates:
-            content = templates.render(tmpl, inputs, left - len(tmpl.path))
+            content = templates.render(tmpl, contents, left - len(tmpl.path))
             left -= len(content) + len(tmpl.path)
-            used = sorted(tmpl.objects or inputs)
+            used = sorted(tmpl.objects or contents)
             version = self._versioner.of_inputs(
                 tmpl.path, [input_versions.get(n, "") for n in used], content, scope=scope
             )
@@ -172,11 +168,6 @@ class Builder:
                 f"{DRIVER_RECV_BYTES}), which refuses larger answers "
                 "(over 1 MiB also breaks sync to a Kubernetes Secret)"
             )
-
-
-def plan_inputs(plan: MountPlan) -> Inputs:
-    """A one-store class's objects, each keyed by its ref (several may share one read)."""
-    return [(spec, spec.ref) for spec in plan.store.objects]
 
 
 def _count(n: int, noun: str) -> str:

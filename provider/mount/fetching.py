@@ -20,15 +20,15 @@ from dataclasses import dataclass
 from types import TracebackType
 
 from provider.core import waiting
-from provider.core.backend import AnyBackend
 from provider.core.caching import ExpiringCache
 from provider.core.errors import BridgeError, DeadlineExceeded
 from provider.core.limits import FetchSlots, RateLimiter, namespace_of
 from provider.core.metrics import Metrics
-from provider.core.model import AnyPlan, FetchContext, Fetched, Identity, SecretValue, Source
+from provider.core.model import FetchContext, Fetched, SecretValue, Source
 from provider.mount.lifetimes import Lifetimes, Owner
 from provider.mount.loads import Joined, Loads
-from provider.mount.stale import LastGood, is_stale, values_size
+from provider.mount.reads import StoreRead
+from provider.mount.stale import Key, LastGood, is_stale, values_size
 
 #: The provider's own budget for a shared load: the kubelet's NodePublish deadline.
 LOAD_BUDGET = 120.0
@@ -121,25 +121,21 @@ class Fetcher:
         """The provider's metrics (the mounter counts fallback reads on them)."""
         return self._metrics
 
-    def cached(
-        self, identity: Identity, refs: Sequence[Hashable]
-    ) -> list[Sequence[SecretValue]] | None:
-        """Each of `refs`' values (refs given once each) when every one is in the value cache,
-        counted as hits; else None, and nothing counted: the caller then `fetch`es, which
-        counts each ref as what it turns out to be. A cached mount's whole fetch."""
+    def cached(self, keys: Sequence[Key]) -> list[Sequence[SecretValue]] | None:
+        """Each key's values (keys given once each, `StoreRead.key(ref)`) when every one is in
+        the value cache, counted as hits; else None, and nothing counted: the caller then
+        `fetch`es, which counts each ref as what it turns out to be. A cached mount's whole
+        fetch."""
         if self._ttl <= 0:
             return None
-        key = identity.key
-        found = self._cache.get_all([(key, ref) for ref in refs])
+        found = self._cache.get_all(keys)
         if found is not None:
             self._count("hit", len(found))
         return found
 
     async def fetch(
         self,
-        backend: AnyBackend,
-        plan: AnyPlan,
-        identity: Identity,
+        read: StoreRead,
         refs: Sequence[Hashable],
         ctx: FetchContext,
         sources: dict[Hashable, Source] | None = None,
@@ -150,16 +146,12 @@ class Fetcher:
         With `owner` (the pod), values with a lifetime are held for it across its polls
         (provider/mount/lifetimes.py)."""
         if owner is not None:
-            return await self._lifetimes.fetch(
-                self.read, backend, plan, identity, owner, refs, ctx, sources
-            )
-        return await self.read(backend, plan, identity, refs, ctx, sources)
+            return await self._lifetimes.fetch(self.plain, read, owner, refs, ctx, sources)
+        return await self.plain(read, refs, ctx, sources)
 
-    async def read(
+    async def plain(
         self,
-        backend: AnyBackend,
-        plan: AnyPlan,
-        identity: Identity,
+        read: StoreRead,
         refs: Sequence[Hashable],
         ctx: FetchContext,
         sources: dict[Hashable, Source] | None = None,
@@ -171,14 +163,14 @@ class Fetcher:
         raised: list[_Raised] = []
         todo = list(dict.fromkeys(refs))
         for round_ in range(MAX_ROUNDS):
-            joined = self._join(backend, plan, identity, todo, ctx, results, sources, owner)
+            joined = self._join(read, todo, ctx, results, sources, owner)
             if not joined:  # every value came from the cache: nothing to wait for
                 break
             # Entered and left here rather than in a coroutine of its own: every mount of an
             # outage waits in this frame (see `_outcomes`).
             loads = self._loads.enter(joined)
             try:
-                outcomes = await self._outcomes(plan, identity, joined, ctx)
+                outcomes = await self._outcomes(read, joined, ctx)
             finally:
                 for task in loads:
                     self._loads.leave(task)
@@ -203,9 +195,7 @@ class Fetcher:
 
     def _join(
         self,
-        backend: AnyBackend,
-        plan: AnyPlan,
-        identity: Identity,
+        read: StoreRead,
         refs: Sequence[Hashable],
         ctx: FetchContext,
         results: dict[Hashable, Fetched],
@@ -216,7 +206,7 @@ class Fetcher:
         left: list[Hashable] = []
         hits = 0
         for ref in refs:
-            cached = self._cache.get((identity.key, ref)) if self._ttl > 0 else None
+            cached = self._cache.get(read.key(ref)) if self._ttl > 0 else None
             if cached is None:
                 left.append(ref)
                 continue
@@ -226,10 +216,10 @@ class Fetcher:
                 sources[ref] = "cache"
         if hits:  # counted once per mount, not once per object: this is every cached mount
             self._count("hit", hits)
-        return self._loads.join(backend, plan, identity, left, ctx, sources, owner) if left else {}
+        return self._loads.join(read, left, ctx, sources, owner) if left else {}
 
     async def _outcomes(
-        self, plan: AnyPlan, identity: Identity, joined: Joined, ctx: FetchContext
+        self, read: StoreRead, joined: Joined, ctx: FetchContext
     ) -> dict[Hashable, _Outcome]:
         """Each ref's load outcome, or what this caller answers for it when it cannot wait
         longer: the stale copy after --serve-stale-wait, else a deadline error at its own
@@ -246,7 +236,7 @@ class Fetcher:
         stale: list[Sequence[SecretValue] | None] = []
         stops: list[tuple[float, ...]] = []
         for ref in joined:
-            held = self._stale.get((identity.key, ref))
+            held = self._stale.get(read.key(ref))
             until = ctx.deadline
             if held is not None and self._stale.wait > 0:
                 # A silent store is waited for this long; one that refuses settles the ref
@@ -279,7 +269,7 @@ class Fetcher:
                     continue
                 outcome = self._outcome_at(stale[i], future, task)
                 if outcome is None and stop == stops[i][-1]:
-                    outcome = self._gave_up(plan, identity, ref, stale[i], task, start)
+                    outcome = self._gave_up(read, ref, stale[i], task, start)
                 outcomes[i] = outcome
             if all(outcome is not None for outcome in outcomes):
                 break
@@ -307,8 +297,7 @@ class Fetcher:
 
     def _gave_up(
         self,
-        plan: AnyPlan,
-        identity: Identity,
+        read: StoreRead,
         ref: Hashable,
         stale: Sequence[SecretValue] | None,
         task: asyncio.Task[None],
@@ -319,12 +308,11 @@ class Fetcher:
         latest = self._loads.latest_failure(task)
         last = f"; last attempt: {latest.error}" if latest is not None else ""
         if stale is not None:
-            key = (identity.key, ref)
             self._stale.count_served()
-            self._stale.announce(plan.backend, identity.subject, key, task, f"no answer yet{last}")
+            self._stale.announce(read, ref, task, f"no answer yet{last}")
             return stale
         return DeadlineExceeded(
-            f"the {plan.backend} store did not answer within this mount's deadline "
+            f"the {read.store} store did not answer within this mount's deadline "
             f"({time.monotonic() - start:.1f}s of waiting; still trying){last}"
         )
 

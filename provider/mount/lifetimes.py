@@ -40,15 +40,14 @@ from provider.core.errors import BridgeError
 from provider.core.memo import Memo
 from provider.core.metrics import Metrics
 from provider.core.model import (
-    AnyPlan,
     FetchContext,
     Fetched,
-    Identity,
     Lifetime,
     SecretValue,
     Source,
     lifetime_of,
 )
+from provider.mount.reads import StoreRead
 from provider.mount.stale import values_size
 
 log = logging.getLogger("secrets_bridge.lifetimes")
@@ -62,12 +61,10 @@ KNOWN_REFS = 10_000
 
 #: (pod uid, identity key, ref)
 Key = tuple[str, str, Hashable]
-#: The plain read (Fetcher.read): backend, plan, identity, refs, ctx, sources, owner.
-Read = Callable[
+#: The plain read (Fetcher.plain): the store read, refs, ctx, sources, owner.
+Plain = Callable[
     [
-        AnyBackend,
-        AnyPlan,
-        Identity,
+        StoreRead,
         Sequence[Hashable],
         FetchContext,
         "dict[Hashable, Source] | None",
@@ -143,10 +140,8 @@ class Lifetimes:
 
     async def fetch(
         self,
-        read: Read,
-        backend: AnyBackend,
-        plan: AnyPlan,
-        identity: Identity,
+        plain: Plain,
+        read: StoreRead,
         owner: Owner,
         refs: Sequence[Hashable],
         ctx: FetchContext,
@@ -159,7 +154,7 @@ class Lifetimes:
         due: dict[Hashable, _Held] = {}
         unheld: list[Hashable] = []
         for ref in refs:
-            key = (owner.uid, identity.key, ref)
+            key = (owner.uid, read.identity.key, ref)
             held = self._held.get(key)
             if held is None:
                 unheld.append(ref)
@@ -183,25 +178,21 @@ class Lifetimes:
                     unheld.append(ref)
         if unheld:
             try:
-                fetched = await self._read(
-                    read, backend, plan, identity, owner, unheld, ctx, sources
-                )
+                fetched = await self._read(plain, read, owner, unheld, ctx, sources)
             except BridgeError as exc:  # a refused login: held credentials may still answer
                 if not due:
                     raise
                 fetched = {ref: exc for ref in unheld}
             for ref in unheld:
-                self._settle(backend, plan, identity, owner, ref, fetched[ref], due, results)
+                self._settle(read, owner, ref, fetched[ref], due, results)
                 if sources is not None:
                     self._mark(sources, ref, fetched[ref], results[ref])
         return results
 
     async def _read(
         self,
-        read: Read,
-        backend: AnyBackend,
-        plan: AnyPlan,
-        identity: Identity,
+        plain: Plain,
+        read: StoreRead,
         owner: Owner,
         refs: list[Hashable],
         ctx: FetchContext,
@@ -209,8 +200,8 @@ class Lifetimes:
     ) -> dict[Hashable, Fetched]:
         """The plain read of `refs`, the known ones for this pod alone; a credential that came
         from a read shared with another pod that holds it already is read again, alone."""
-        mine = Owner(owner.uid, owner.namespace, owner.renew_at, self.private(plan.backend, refs))
-        fetched = await read(backend, plan, identity, refs, ctx, sources, mine)
+        mine = Owner(owner.uid, owner.namespace, owner.renew_at, self.private(read.store, refs))
+        fetched = await plain(read, refs, ctx, sources, mine)
         taken = [
             ref
             for ref, result in fetched.items()
@@ -220,40 +211,38 @@ class Lifetimes:
         ]
         if taken:
             alone = Owner(owner.uid, owner.namespace, owner.renew_at, frozenset(taken))
-            fetched.update(await read(backend, plan, identity, taken, ctx, sources, alone))
+            fetched.update(await plain(read, taken, ctx, sources, alone))
         return fetched
 
     def _settle(
         self,
-        backend: AnyBackend,
-        plan: AnyPlan,
-        identity: Identity,
+        read: StoreRead,
         owner: Owner,
         ref: Hashable,
         result: Fetched,
         due: dict[Hashable, _Held],
         results: dict[Hashable, Fetched],
     ) -> None:
-        key = (owner.uid, identity.key, ref)
+        key = (owner.uid, read.identity.key, ref)
         lifetime = None if isinstance(result, BridgeError) else lifetime_of(result)
         if lifetime is None:
             held = due.get(ref)
             if isinstance(result, BridgeError) and held is not None and self._usable(result, held):
                 # The store failed to issue a new one: the held one still works.
                 results[ref] = held.values
-                self._count(plan.backend, "reused")
+                self._count(read.store, "reused")
                 return
             if held is not None:
                 self._drop(key, "replaced")
             results[ref] = result
             return
         assert not isinstance(result, BridgeError)
-        self._remember(plan.backend, ref)
+        self._remember(read.store, ref)
         replaced = key in self._held
         if replaced:
             self._drop(key, "replaced")
-        self._put(key, _Held(result, lifetime, backend, owner.namespace, self._clock()))
-        self._count(plan.backend, "reissued" if replaced else "issued")
+        self._put(key, _Held(result, lifetime, read.backend, owner.namespace, self._clock()))
+        self._count(read.store, "reissued" if replaced else "issued")
         results[ref] = result
 
     def _usable(self, error: BridgeError, held: _Held) -> bool:
@@ -352,7 +341,7 @@ class Lifetimes:
 
     async def _release(self, backend: Renewing, lifetime: Lifetime) -> None:
         now = self._clock()
-        ctx = FetchContext(deadline=now + RELEASE_TIMEOUT, retry_deadline=now)
+        ctx = FetchContext.within(RELEASE_TIMEOUT, now, retries=False)
         name = getattr(backend, "name", "store")
         try:
             revoked = await backend.release(lifetime, ctx)

@@ -28,21 +28,19 @@ import asyncio
 import time
 from collections.abc import Callable, Hashable, Mapping, Sequence
 
-from provider.core.backend import AnyBackend
 from provider.core.caching import ExpiringCache
 from provider.core.calls import Failure, FailureWatch, watch_failures
 from provider.core.errors import BridgeError, DeadlineExceeded, NotFound, PermissionDenied
 from provider.core.limits import FetchSlots, RateLimiter, namespace_of
 from provider.core.model import (
-    AnyPlan,
     FetchContext,
     Fetched,
-    Identity,
     SecretValue,
     Source,
     lifetime_of,
 )
 from provider.mount.lifetimes import Owner
+from provider.mount.reads import StoreRead
 from provider.mount.stale import Key, LastGood
 
 #: For each ref a caller waits on: the ref's outcome to be, and the load that settles it.
@@ -79,9 +77,7 @@ class Loads:
 
     def join(
         self,
-        backend: AnyBackend,
-        plan: AnyPlan,
-        identity: Identity,
+        read: StoreRead,
         refs: Sequence[Hashable],
         ctx: FetchContext,
         sources: dict[Hashable, Source] | None = None,
@@ -93,7 +89,7 @@ class Loads:
         joined: Joined = {}
         mine: dict[Hashable, asyncio.Future[Fetched]] = {}
         for ref in refs:
-            key = _load_key(identity, ref, owner)
+            key = _load_key(read, ref, owner)
             if key in self._inflight:
                 self._count("coalesced")
                 joined[ref] = self._inflight[key]
@@ -107,11 +103,10 @@ class Loads:
                 mine[ref] = asyncio.get_running_loop().create_future()
         if mine:
             now = time.monotonic()
-            budget = max(ctx.deadline - now, self._load_budget)
-            own = FetchContext(deadline=now + budget, retry_deadline=now + budget / 3)
-            task = asyncio.create_task(self._load(backend, plan, identity, mine, own, owner))
+            own = FetchContext.within(max(ctx.deadline - now, self._load_budget), now)
+            task = asyncio.create_task(self._load(read, mine, own, owner))
             for ref, future in mine.items():
-                joined[ref] = self._inflight[_load_key(identity, ref, owner)] = (future, task)
+                joined[ref] = self._inflight[_load_key(read, ref, owner)] = (future, task)
         return joined
 
     def enter(self, joined: Joined) -> set[asyncio.Task[None]]:
@@ -145,39 +140,37 @@ class Loads:
 
     async def _load(
         self,
-        backend: AnyBackend,
-        plan: AnyPlan,
-        identity: Identity,
+        read: StoreRead,
         mine: Mapping[Hashable, asyncio.Future[Fetched]],
         ctx: FetchContext,
         owner: Owner | None = None,
     ) -> None:
         """Fetch and settle every future of `mine`; never raises (callers get the outcome)."""
-        rate = self._rates.get(plan.backend)
+        rate = self._rates.get(read.store)
         task = asyncio.current_task()
         if task is not None:
             load = task
             self._failures[task] = watch_failures(
-                lambda error: self._serve_refused(plan, identity, mine, load, error)
+                lambda error: self._serve_refused(read, mine, load, error)
             )
         try:
             # The store calls are cut by BackendEnv.retry; this also bounds the wait for a
             # fetch slot, so nothing outlives the load's budget.
             async with asyncio.timeout(ctx.deadline - time.monotonic()):
-                async with self._slots.hold(plan.backend, namespace_of(identity.key)):
+                async with self._slots.hold(read.store, namespace_of(read.identity.key)):
                     if rate is not None:
                         await rate.acquire()
-                    fetched = await backend.fetch(plan, identity, list(mine), ctx)
+                    fetched = await read.backend.fetch(read.plan, read.identity, list(mine), ctx)
         except TimeoutError:
             error = DeadlineExceeded(
-                f"the {plan.backend} store did not answer within {self._load_budget:.0f}s"
+                f"the {read.store} store did not answer within {self._load_budget:.0f}s"
             )
             fetched = {ref: error for ref in mine}
         except BridgeError as exc:
             if _revokes(exc):  # a refused login: nothing held for this identity may answer
                 for ref in mine:
-                    self._forget((identity.key, ref))
-            if not exc.transient or not self._stale.holds_all((identity.key, r) for r in mine):
+                    self._forget(read.key(ref))
+            if not exc.transient or not self._stale.holds_all(read.key(r) for r in mine):
                 _fail(mine, exc)
                 return
             fetched = {ref: exc for ref in mine}
@@ -191,8 +184,8 @@ class Loads:
             if task is not None:
                 self._failures.pop(task).close()
             for ref, future in mine.items():
-                key = (identity.key, ref)
-                load_key = _load_key(identity, ref, owner)
+                key = read.key(ref)
+                load_key = _load_key(read, ref, owner)
                 held = self._inflight.get(load_key)
                 if held is not None and held[0] is future:  # not a newer load's entry
                     del self._inflight[load_key]
@@ -201,8 +194,8 @@ class Loads:
         for ref, future in mine.items():
             result = fetched.get(ref)
             if result is None:
-                result = BridgeError(f"the {plan.backend} backend returned no value")
-            key = (identity.key, ref)
+                result = BridgeError(f"the {read.store} backend returned no value")
+            key = read.key(ref)
             if isinstance(result, BridgeError) and _revokes(result):
                 self._forget(key)
             # A credential with a lifetime is its pod's alone: never cached, never stale.
@@ -211,28 +204,27 @@ class Loads:
                     self._cache.put(key, result, self._ttl)
                 self._stale.keep(key, result)
             if not future.done():  # else answered with its stale copy when the store refused
-                future.set_result(self._or_stale(plan, identity, key, result))
+                future.set_result(self._or_stale(read, ref, result))
 
     def _forget(self, key: Key) -> None:
         """What is held of `key` goes: the store denied it or no longer has it (issue 32)."""
         self._cache.invalidate(key)
         self._stale.forget(key)
 
-    def _or_stale(self, plan: AnyPlan, identity: Identity, key: Key, result: Fetched) -> Fetched:
-        """A load's outcome for `key`, or its stale copy if the store failed transiently."""
+    def _or_stale(self, read: StoreRead, ref: Hashable, result: Fetched) -> Fetched:
+        """A load's outcome for `ref`, or its stale copy if the store failed transiently."""
         if isinstance(result, BridgeError) and (
             result.transient or isinstance(result, DeadlineExceeded)
         ):
-            stale = self._stale.get(key)
+            stale = self._stale.get(read.key(ref))
             if stale is not None:
-                self._stale.announce(plan.backend, identity.subject, key, None, str(result))
+                self._stale.announce(read, ref, None, str(result))
                 return stale
         return result
 
     def _serve_refused(
         self,
-        plan: AnyPlan,
-        identity: Identity,
+        read: StoreRead,
         mine: Mapping[Hashable, asyncio.Future[Fetched]],
         load: asyncio.Task[None],
         error: BridgeError,
@@ -242,10 +234,9 @@ class Loads:
         load later — while the load goes on retrying, to refresh the copy and the cache. A
         mount that joined before the refusal would otherwise wait out --serve-stale-wait."""
         for ref, future in mine.items():
-            key = (identity.key, ref)
-            held = None if future.done() else self._stale.get(key)
+            held = None if future.done() else self._stale.get(read.key(ref))
             if held is not None:
-                self._stale.announce(plan.backend, identity.subject, key, load, str(error))
+                self._stale.announce(read, ref, load, str(error))
                 future.set_result(held)
 
     async def close(self) -> None:
@@ -261,11 +252,11 @@ def _revokes(error: BridgeError) -> bool:
     return isinstance(error, PermissionDenied | NotFound)
 
 
-def _load_key(identity: Identity, ref: Hashable, owner: Owner | None) -> Key:
+def _load_key(read: StoreRead, ref: Hashable, owner: Owner | None) -> Key:
     """Loads are shared by identity and ref, except the refs private to one pod."""
     if owner is not None and ref in owner.private:
-        return (identity.key, ("pod", owner.uid, ref))
-    return (identity.key, ref)
+        return read.key(("pod", owner.uid, ref))
+    return read.key(ref)
 
 
 def _fail(mine: Mapping[Hashable, asyncio.Future[Fetched]], exc: BaseException) -> None:

@@ -18,7 +18,7 @@ from typing import Any
 
 from provider.core.backend import AnyBackend
 from provider.core.boundedyaml import yaml_node_budget
-from provider.core.errors import BridgeError, InvalidParameters, MountFailed
+from provider.core.errors import InvalidParameters, MountFailed
 from provider.core.files import File, ObjectVersion
 from provider.core.limits import WorkShares
 from provider.core.memo import Memo
@@ -28,8 +28,8 @@ from provider.mount import gathering
 from provider.mount.auditing import Served, served
 from provider.mount.building import Builder
 from provider.mount.fetching import Fetcher
-from provider.mount.gathering import Inputs
 from provider.mount.planning import KUBELET_PREFIX, MountPlan, parse_plan
+from provider.mount.reads import StoreRead
 
 log = logging.getLogger("secrets_bridge.mounting")
 
@@ -189,41 +189,28 @@ class Mounter:
         now = time.monotonic()
         if plan is None:
             plan = self.plan(request.params)
-        if plan.named:
-            by_store: dict[tuple[int, Hashable], Source] | None = {} if audit else None
-            answer = await self._mount_stores(plan, request, now, budget, by_store)
-            return answer if by_store is None else _with_served(answer, plan, by_store)
-        store = plan.store
-        backend = self._backend_for(store.backend)
         # Identity first: no token, no answer — before any cache is consulted.
-        identity = await backend.identify(store, request.pod)
-        # Every value cached: the answer without setting up a fetch. (With the audit trail on,
-        # the fetch below also says where each value came from.)
-        cached = None if audit else self._fetcher.cached(identity, plan.refs)
-        if cached is not None:
-            hits: dict[Hashable, Sequence[SecretValue]] = dict(zip(plan.refs, cached, strict=True))
-            return self._build_memoized(plan, hits, request.permission, request.pod.namespace)
-        seconds = DEFAULT_DEADLINE if budget is None else budget
-        ctx = FetchContext(deadline=now + seconds, retry_deadline=now + seconds / 3)
+        reads = await gathering.identify(plan, request.pod, self._backend_for)
+        # Every value cached: the answer without setting up a read. (With the audit trail on,
+        # the read below also says where each value came from.)
+        got = None if audit else gathering.cached(self._fetcher, plan, reads)
         sources: dict[Hashable, Source] | None = {} if audit else None
-        owner = plan.owner(request.pod)
-        fetched = await self._fetcher.fetch(
-            backend, store, identity, plan.refs, ctx, sources, owner
-        )
-        failures: list[tuple[str, BridgeError]] = []
-        values: dict[Hashable, Sequence[SecretValue]] = {}
-        for spec in store.objects:
-            result = fetched[spec.ref]
-            if isinstance(result, BridgeError):
-                failures.append((spec.name, result))
-            else:
-                values[spec.ref] = result
-        if failures:
+        if got is None:
+            ctx = FetchContext.within(DEFAULT_DEADLINE if budget is None else budget, now)
+            got = await gathering.gather(
+                plan,
+                reads,
+                ctx,
+                fetcher=self._fetcher,
+                owner=plan.owner(request.pod),
+                sources=sources,
+            )
+        if got.failures:
             # Report every problem at once: the objects that were fetched are built too, so a
             # wrong secretKey shows up beside an unreachable path, not after it is fixed.
-            failures += self._builder.failures(plan, values)
-            raise MountFailed(failures, context=f"{store.backend}, {identity.subject}")
-        answer = self._build_memoized(plan, values, request.permission, request.pod.namespace)
+            failures = got.failures + self._builder.failures(got.inputs, got.values)
+            raise MountFailed(failures, context=_where(plan, reads, request.pod))
+        answer = self._build_memoized(plan, got, request.permission, request.pod.namespace)
         return answer if sources is None else _with_served(answer, plan, sources)
 
     def requested(self, params: Mapping[str, str]) -> tuple[Served, ...]:
@@ -234,41 +221,8 @@ class Mounter:
         except InvalidParameters:
             return ()
 
-    async def _mount_stores(
-        self,
-        plan: MountPlan,
-        request: MountInput,
-        now: float,
-        budget: float | None,
-        sources: dict[tuple[int, Hashable], Source] | None = None,
-    ) -> MountResult:
-        """A class of several stores (provider/mount/gathering.py): every store at once, within
-        the one deadline; all or nothing, one error naming every failing object's store."""
-        seconds = DEFAULT_DEADLINE if budget is None else budget
-        ctx = FetchContext(deadline=now + seconds, retry_deadline=now + seconds / 3)
-        got = await gathering.gather(
-            plan,
-            request.pod,
-            ctx,
-            backend_for=self._backend_for,
-            fetcher=self._fetcher,
-            metrics=self._fetcher.metrics,
-            sources=sources,
-        )
-        if got.failures:
-            failures = got.failures + self._builder.failures(plan, got.values, got.inputs)
-            raise MountFailed(failures, context=request.pod.subject)
-        return self._build_memoized(
-            plan, got.values, request.permission, request.pod.namespace, got.inputs
-        )
-
     def _build_memoized(
-        self,
-        plan: MountPlan,
-        values: dict[Hashable, Sequence[SecretValue]],
-        permission: int,
-        scope: str,
-        order: Inputs | None = None,
+        self, plan: MountPlan, got: gathering.Gathered, permission: int, scope: str
     ) -> MountResult:
         """Reuse the answer built from the very same value objects (a value-cache hit).
 
@@ -278,7 +232,7 @@ class Mounter:
         cache (value cache, AWS revalidation, serve-stale) keeps its values, so with caching
         off no secret outlives its Mount here.
         """
-        flat = [value for seq in values.values() for value in seq]
+        flat = [value for seq in got.values.values() for value in seq]
         key = (scope, id(plan), permission, tuple(id(v) for v in flat))
         entry = self._answers.get(key)
         if entry is not None:
@@ -289,7 +243,7 @@ class Mounter:
                 return result
         # One YAML budget for all the secret values of the mount (see provider/core/boundedyaml.py).
         with yaml_node_budget():
-            built = self._builder.build(plan, values, permission, scope, order)
+            built = self._builder.build(plan, got.inputs, got.values, permission, scope)
         result = MountResult(built.files, built.versions, plan.backend, built.object_versions)
         size = sum(len(f.contents) for f in result.files)
         self._answers.put(key, (plan, tuple(weakref.ref(v) for v in flat), result), size)
@@ -313,6 +267,14 @@ def _verdict(held: MountPlan | _Refused) -> MountPlan:
     if isinstance(held, _Refused):
         raise InvalidParameters(list(held.problems))
     return held
+
+
+def _where(plan: MountPlan, reads: Sequence[StoreRead], pod: Pod) -> str:
+    """Who a failed mount read as: the store and identity of a one-store class; the pod, for a
+    class of several stores (each failure names its store)."""
+    if plan.named:
+        return pod.subject
+    return f"{reads[0].store}, {reads[0].identity.subject}"
 
 
 def _with_served(

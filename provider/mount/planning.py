@@ -8,7 +8,7 @@ of several stores, `stores`: provider/mount/stores.py) and the checks every dial
 
 from __future__ import annotations
 
-from collections.abc import Callable, Hashable, Mapping
+from collections.abc import Callable, Hashable, Mapping, Sequence
 from dataclasses import dataclass
 from functools import cached_property
 from typing import Any
@@ -32,6 +32,9 @@ COMMON_KEYS = frozenset({"backend", "templates", "secretProviderClass", "renewAt
 STORES_KEYS = frozenset({"stores", "objects", "templates", "secretProviderClass", "renewAt"})
 #: `MountResult.backend` (and the metrics' label) of a class of several stores.
 MULTI = "multi"
+#: What a mount's files are built from, in order: each object's spec (the file name, mode and
+#: transforms) and its key into the mount's values (a fallback's value stands in for its object).
+Inputs = Sequence[tuple[ObjectSpec[Any], Hashable]]
 
 
 @dataclass(frozen=True)
@@ -66,9 +69,18 @@ class MountPlan:
         return MULTI if self.named else self.stores[0].plan.backend
 
     @cached_property
-    def refs(self) -> tuple[Hashable, ...]:
-        """The one store's refs, each once, in object order (a `backend:` class)."""
-        return tuple(dict.fromkeys(spec.ref for spec in self.store.objects))
+    def keys(self) -> tuple[tuple[int, Hashable], ...]:
+        """Every store's refs as (store index, ref), each once, in object order (several
+        objects may share a read): a mount's values are keyed by these."""
+        return tuple(
+            dict.fromkeys((i, o.ref) for i, s in enumerate(self.stores) for o in s.plan.objects)
+        )
+
+    @cached_property
+    def inputs(self) -> Inputs:
+        """Every store's objects, each with its key into a mount's values: (store index, ref).
+        A mount whose objects all came from their own stores builds its files from these."""
+        return tuple((o, (i, o.ref)) for i, s in enumerate(self.stores) for o in s.plan.objects)
 
     @property
     def objects(self) -> tuple[ObjectSpec[Any], ...]:

@@ -23,6 +23,7 @@ from provider.core.caching import ExpiringCache
 from provider.core.limits import namespace_of
 from provider.core.metrics import Metrics
 from provider.core.model import SecretValue
+from provider.mount.reads import StoreRead
 
 #: (identity key, ref): one object as one identity reads it.
 Key = tuple[str, Hashable]
@@ -95,9 +96,10 @@ class LastGood:
         self._metrics.cache_events.labels("stale", "served").inc()
 
     def announce(
-        self, backend: str, subject: str, key: Key, load: asyncio.Task[None] | None, why: str
+        self, read: StoreRead, ref: Hashable, load: asyncio.Task[None] | None, why: str
     ) -> None:
-        """Log that `key` is being answered stale: once per load (each time without one)."""
+        """Log that `ref` is being answered stale: once per load (each time without one)."""
+        key = read.key(ref)
         if load is not None:
             if (key, load) in self._announced:
                 return
@@ -106,8 +108,8 @@ class LastGood:
             "store unavailable; serving the last good value",
             extra={
                 "fields": {
-                    "backend": backend,
-                    "identity": subject,
+                    "backend": read.store,
+                    "identity": read.identity.subject,
                     "max_age_s": self.max_age,
                     "error": why,
                 }

@@ -20,6 +20,7 @@ from provider.core.limits import FetchSlots, namespace_of
 from provider.core.model import SecretValue, identity_key
 from provider.mount.fetching import Fetcher
 from provider.mount.planning import parse_plan
+from provider.mount.reads import StoreRead
 from tests.mount.test_outages import PLAN, rig, who
 
 
@@ -30,12 +31,14 @@ async def test_a_namespace_holding_its_share_of_hung_reads_does_not_stall_anothe
     store.hang_namespaces = {"b"}
     # 64 volumes of B, each its own identity, against B's store that never answers a read.
     attack = [
-        asyncio.create_task(fetcher.fetch(store, PLAN, who("b", f"sa{i}"), ["r"], fetch_ctx(30)))
+        asyncio.create_task(
+            fetcher.fetch(StoreRead(store, PLAN, who("b", f"sa{i}")), ["r"], fetch_ctx(30))
+        )
         for i in range(64)
     ]
     await asyncio.sleep(0.1)
     start = time.monotonic()
-    result = await fetcher.fetch(store, PLAN, who("a"), ["r"], fetch_ctx(5))
+    result = await fetcher.fetch(StoreRead(store, PLAN, who("a")), ["r"], fetch_ctx(5))
     assert result["r"][0].content == b"v1"  # type: ignore[index]
     assert time.monotonic() - start < 0.2
     assert store.peak["b"] == 2  # B never held more than its share
@@ -61,7 +64,9 @@ async def test_no_set_of_namespaces_takes_every_slot_from_another(
     hostile = {f"b{i}" for i in range(attackers)}
     store.hang_namespaces = hostile
     attack = [
-        asyncio.create_task(fetcher.fetch(store, PLAN, who(ns, f"sa{i}"), ["r"], fetch_ctx(30)))
+        asyncio.create_task(
+            fetcher.fetch(StoreRead(store, PLAN, who(ns, f"sa{i}")), ["r"], fetch_ctx(30))
+        )
         for ns in hostile
         for i in range(loads_each)
     ]
@@ -69,7 +74,7 @@ async def test_no_set_of_namespaces_takes_every_slot_from_another(
     # Every slot is held by a hung read (a hundred first loads go over the total of 64).
     assert sum(store.inflight.get(ns, 0) for ns in hostile) == hung
     start = time.monotonic()
-    result = await fetcher.fetch(store, PLAN, who("a"), ["r"], fetch_ctx(5))
+    result = await fetcher.fetch(StoreRead(store, PLAN, who("a")), ["r"], fetch_ctx(5))
     assert result["r"][0].content == b"v1"  # type: ignore[index]
     assert time.monotonic() - start < 1.0  # the hung reads hold their slots for 30 s
     for task in attack:
@@ -102,7 +107,9 @@ async def test_a_slot_is_not_held_while_a_retry_waits() -> None:
     while the first waits to retry."""
     fetcher, store, _ = rig(max_concurrent_fetches=1, max_concurrent_fetches_per_namespace=1)
     store.refusing = True
-    failing = asyncio.create_task(fetcher.fetch(store, PLAN, who("b"), ["r"], fetch_ctx(6)))
+    failing = asyncio.create_task(
+        fetcher.fetch(StoreRead(store, PLAN, who("b")), ["r"], fetch_ctx(6))
+    )
     await asyncio.sleep(0.05)  # b's first attempt was refused; it waits to retry
     slots = fetcher._loads._slots
     assert slots._in_use.get("hang", 0) == 0
@@ -128,22 +135,28 @@ async def test_large_values_of_b_do_not_evict_as_values_or_stale_copies() -> Non
         serve_stale_wait=0.2,
     )
     for ref in ("a1", "a2", "a3"):
-        await fetcher.fetch(store, PLAN, who("a"), [ref], fetch_ctx(5))
+        await fetcher.fetch(StoreRead(store, PLAN, who("a")), [ref], fetch_ctx(5))
     calls = store.calls
     store.value = b"x" * 16 * 1024
     for i in range(200):  # 3 MiB of B's values through a 256 KiB cache
-        await fetcher.fetch(store, PLAN, who("b", f"sa{i % 7}"), [f"big{i}"], fetch_ctx(5))
+        await fetcher.fetch(
+            StoreRead(store, PLAN, who("b", f"sa{i % 7}")), [f"big{i}"], fetch_ctx(5)
+        )
     assert fetcher._cache.usage("b")[1] <= 256 * 1024
     # A's values are still cached...
     store.value = b"v-new"
-    results = await fetcher.fetch(store, PLAN, who("a"), ["a1", "a2", "a3"], fetch_ctx(5))
+    results = await fetcher.fetch(
+        StoreRead(store, PLAN, who("a")), ["a1", "a2", "a3"], fetch_ctx(5)
+    )
     assert {r[0].content for r in results.values()} == {b"v1"}  # type: ignore[index]
     assert store.calls == calls + 200
     # ...and so are its stale copies: with the cache expired and the store hanging, A is served.
     for ref in ("a1", "a2", "a3"):
         fetcher._cache.invalidate((who("a").key, ref))
     store.hanging = True
-    results = await fetcher.fetch(store, PLAN, who("a"), ["a1", "a2", "a3"], fetch_ctx(5))
+    results = await fetcher.fetch(
+        StoreRead(store, PLAN, who("a")), ["a1", "a2", "a3"], fetch_ctx(5)
+    )
     assert {r[0].content for r in results.values()} == {b"v1"}  # type: ignore[index]
     await fetcher.close()
 
@@ -213,6 +226,9 @@ async def test_fetcher_fair_slots_do_not_slow_a_single_namespace_rollout() -> No
     store.delay = 0.05
     start = time.monotonic()
     await asyncio.gather(
-        *(fetcher.fetch(store, PLAN, who("a", f"sa{i}"), ["r"], fetch_ctx(5)) for i in range(32))
+        *(
+            fetcher.fetch(StoreRead(store, PLAN, who("a", f"sa{i}")), ["r"], fetch_ctx(5))
+            for i in range(32)
+        )
     )
     assert store.peak["a"] == 16 and time.monotonic() - start < 0.5

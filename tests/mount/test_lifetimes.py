@@ -23,6 +23,7 @@ from provider.core.model import Pod
 from provider.mount.fetching import Fetcher
 from provider.mount.lifetimes import Owner
 from provider.mount.planning import parse_plan
+from provider.mount.reads import StoreRead
 
 CREDS = [{"objectName": "creds", "secretPath": "db"}]
 KV = [{"objectName": "config", "secretPath": "config"}]
@@ -178,7 +179,9 @@ async def test_the_table_is_bounded_in_bytes_by_namespace_share(tmp_path: Path) 
     async def held(pod: Pod) -> str:
         identity = await backend.identify(plan, pod)
         owner = Owner(pod.uid, pod.namespace)
-        fetched = await fetcher.fetch(backend, plan, identity, refs, fetch_ctx(), None, owner)
+        fetched = await fetcher.fetch(
+            StoreRead(backend, plan, identity), refs, fetch_ctx(), None, owner
+        )
         (values,) = fetched.values()
         assert not isinstance(values, BaseException)
         return str(json.loads(values[0].content)["lease_id"])

@@ -31,6 +31,7 @@ from provider.core.model import (
     identity_key,
 )
 from provider.mount.fetching import Fetcher
+from provider.mount.reads import StoreRead
 
 PLAN: StorePlan[str, str] = StorePlan(backend="hang", store="s", objects=())
 #: The test store has no flags of its own.
@@ -135,13 +136,13 @@ async def test_hung_store_serves_stale_within_the_stale_wait_with_one_refresh(
     caplog: pytest.LogCaptureFixture,
 ) -> None:
     fetcher, store, metrics = rig(serve_stale_max_age=60, serve_stale_wait=0.3)
-    first = await fetcher.fetch(store, PLAN, who(), ["r"], fetch_ctx(5))
+    first = await fetcher.fetch(StoreRead(store, PLAN, who()), ["r"], fetch_ctx(5))
     assert first["r"][0].content == b"v1"  # type: ignore[index]
     store.hanging, store.value = True, b"v2"
     calls = store.calls
     start = time.monotonic()
     results = await asyncio.gather(
-        *(fetcher.fetch(store, PLAN, who(), ["r"], fetch_ctx(5)) for _ in range(20))
+        *(fetcher.fetch(StoreRead(store, PLAN, who()), ["r"], fetch_ctx(5)) for _ in range(20))
     )
     assert time.monotonic() - start < 0.6
     assert {r["r"][0].content for r in results} == {b"v1"}  # type: ignore[index]
@@ -152,7 +153,7 @@ async def test_hung_store_serves_stale_within_the_stale_wait_with_one_refresh(
     # The refresh goes on in the background: once the store answers, mounts see the new value.
     store.hanging = False
     await asyncio.sleep(0.5)
-    again = await fetcher.fetch(store, PLAN, who(), ["r"], fetch_ctx(5))
+    again = await fetcher.fetch(StoreRead(store, PLAN, who()), ["r"], fetch_ctx(5))
     assert again["r"][0].content == b"v2"  # type: ignore[index]
     await fetcher.close()
 
@@ -163,11 +164,13 @@ async def test_a_waiting_mount_holds_one_wait_for_all_its_objects() -> None:
     # and each object is still answered at its own stop.
     fetcher, store, _ = rig(serve_stale_max_age=60, serve_stale_wait=0.3)
     refs = [f"r{i}" for i in range(20)]
-    await fetcher.fetch(store, PLAN, who(), refs[:10], fetch_ctx(5))  # stale copies of half
+    await fetcher.fetch(
+        StoreRead(store, PLAN, who()), refs[:10], fetch_ctx(5)
+    )  # stale copies of half
     store.hanging = True
     before = asyncio.all_tasks()
     start = time.monotonic()
-    mount = asyncio.create_task(fetcher.fetch(store, PLAN, who(), refs, fetch_ctx(0.9)))
+    mount = asyncio.create_task(fetcher.fetch(StoreRead(store, PLAN, who()), refs, fetch_ctx(0.9)))
     await asyncio.sleep(0.1)
     assert len(asyncio.all_tasks() - before) == 2  # the mount and the one load it started
     result = await mount
@@ -180,10 +183,10 @@ async def test_a_waiting_mount_holds_one_wait_for_all_its_objects() -> None:
 async def test_without_stale_a_mount_fails_at_its_own_deadline_naming_the_store() -> None:
     fetcher, store, _ = rig()
     store.hanging = True
-    first = asyncio.create_task(fetcher.fetch(store, PLAN, who(), ["r"], fetch_ctx(0.5)))
+    first = asyncio.create_task(fetcher.fetch(StoreRead(store, PLAN, who()), ["r"], fetch_ctx(0.5)))
     await asyncio.sleep(0.2)
     start = time.monotonic()
-    late = await fetcher.fetch(store, PLAN, who(), ["r"], fetch_ctx(1.2))
+    late = await fetcher.fetch(StoreRead(store, PLAN, who()), ["r"], fetch_ctx(1.2))
     waited = time.monotonic() - start
     assert 1.1 <= waited < 1.5  # its own deadline, not the first caller's
     error = late["r"]
@@ -197,9 +200,9 @@ async def test_without_stale_a_mount_fails_at_its_own_deadline_naming_the_store(
 async def test_a_late_joiner_gets_the_answer_the_first_caller_gave_up_on() -> None:
     fetcher, store, _ = rig(store_call_timeout=5)
     store.delay = 0.8
-    first = asyncio.create_task(fetcher.fetch(store, PLAN, who(), ["r"], fetch_ctx(0.3)))
+    first = asyncio.create_task(fetcher.fetch(StoreRead(store, PLAN, who()), ["r"], fetch_ctx(0.3)))
     await asyncio.sleep(0.1)
-    late = await fetcher.fetch(store, PLAN, who(), ["r"], fetch_ctx(3))
+    late = await fetcher.fetch(StoreRead(store, PLAN, who()), ["r"], fetch_ctx(3))
     assert late["r"][0].content == b"v1"  # type: ignore[index]
     assert isinstance((await first)["r"], DeadlineExceeded)
     assert store.calls == 1
@@ -208,7 +211,7 @@ async def test_a_late_joiner_gets_the_answer_the_first_caller_gave_up_on() -> No
 async def test_a_load_that_ran_out_of_time_is_restarted_for_a_caller_with_time_left() -> None:
     fetcher, store, _ = rig()
     store.answers = [DeadlineExceeded("the earlier caller's budget ran out")]
-    result = await fetcher.fetch(store, PLAN, who(), ["r"], fetch_ctx(3))
+    result = await fetcher.fetch(StoreRead(store, PLAN, who()), ["r"], fetch_ctx(3))
     assert result["r"][0].content == b"v1"  # type: ignore[index]
     assert store.calls == 1  # the second load read it
 
@@ -216,7 +219,7 @@ async def test_a_load_that_ran_out_of_time_is_restarted_for_a_caller_with_time_l
 async def test_a_load_without_waiters_is_cancelled_when_nothing_keeps_its_result() -> None:
     fetcher, store, _ = rig()
     store.hanging = True
-    result = await fetcher.fetch(store, PLAN, who(), ["r"], fetch_ctx(0.3))
+    result = await fetcher.fetch(StoreRead(store, PLAN, who()), ["r"], fetch_ctx(0.3))
     assert isinstance(result["r"], DeadlineExceeded)
     await asyncio.sleep(0.05)
     assert store.inflight == {"a": 0}  # cache and stale off: nobody could use the answer
@@ -224,10 +227,10 @@ async def test_a_load_without_waiters_is_cancelled_when_nothing_keeps_its_result
 
 async def test_refused_is_still_served_stale_at_once(caplog: pytest.LogCaptureFixture) -> None:
     fetcher, store, metrics = rig(serve_stale_max_age=60, serve_stale_wait=5)
-    await fetcher.fetch(store, PLAN, who(), ["r"], fetch_ctx(5))
+    await fetcher.fetch(StoreRead(store, PLAN, who()), ["r"], fetch_ctx(5))
     store.answers = [StoreUnavailable("connection refused")]
     start = time.monotonic()
-    result = await fetcher.fetch(store, PLAN, who(), ["r"], fetch_ctx(5))
+    result = await fetcher.fetch(StoreRead(store, PLAN, who()), ["r"], fetch_ctx(5))
     assert time.monotonic() - start < 0.2
     assert result["r"][0].content == b"v1"  # type: ignore[index]
     assert metrics.cache_events.labels("stale", "served")._value.get() == 1
@@ -243,17 +246,17 @@ async def test_a_refusal_answers_the_mounts_waiting_and_joining_with_their_stale
     # everyone. Retries 0.5 s apart (the backoff is random): the load outlives the stale wait.
     monkeypatch.setattr(retrying, "_BACKOFF", wait_fixed(0.5))
     fetcher, store, metrics = rig(serve_stale_max_age=60, serve_stale_wait=2)
-    await fetcher.fetch(store, PLAN, who(), ["r"], fetch_ctx(5))
+    await fetcher.fetch(StoreRead(store, PLAN, who()), ["r"], fetch_ctx(5))
     store.refusing = True
     calls = store.calls
     start = time.monotonic()
-    first = await fetcher.fetch(store, PLAN, who(), ["r"], fetch_ctx(5))
+    first = await fetcher.fetch(StoreRead(store, PLAN, who()), ["r"], fetch_ctx(5))
     assert time.monotonic() - start < 0.2  # not the 2 s stale wait
     assert first["r"][0].content == b"v1"  # type: ignore[index]
     assert first["r"][0].source == "stale"  # type: ignore[index]
     await asyncio.sleep(0.1)
     joined = time.monotonic()
-    late = await fetcher.fetch(store, PLAN, who(), ["r"], fetch_ctx(5))
+    late = await fetcher.fetch(StoreRead(store, PLAN, who()), ["r"], fetch_ctx(5))
     assert time.monotonic() - joined < 0.1
     assert late["r"][0].content == b"v1"  # type: ignore[index]
     assert store.calls == calls + 1  # the late mount joined the load: no read of its own
@@ -264,7 +267,7 @@ async def test_a_refusal_answers_the_mounts_waiting_and_joining_with_their_stale
     store.refusing, store.value = False, b"v2"
     await asyncio.sleep(0.6)
     assert store.calls == calls + 2
-    again = await fetcher.fetch(store, PLAN, who(), ["r"], fetch_ctx(5))
+    again = await fetcher.fetch(StoreRead(store, PLAN, who()), ["r"], fetch_ctx(5))
     assert again["r"][0].content == b"v2"  # type: ignore[index]
     await fetcher.close()
 
@@ -277,10 +280,12 @@ async def test_a_refusal_answers_only_the_objects_with_stale_copies(
     # mount's deadline, as without serve-stale.
     monkeypatch.setattr(retrying, "_BACKOFF", wait_fixed(0.1))
     fetcher, store, _ = rig(serve_stale_max_age=60, serve_stale_wait=2)
-    await fetcher.fetch(store, PLAN, who(), ["r0", "r1"], fetch_ctx(5))
+    await fetcher.fetch(StoreRead(store, PLAN, who()), ["r0", "r1"], fetch_ctx(5))
     store.refusing = True
     start = time.monotonic()
-    result = await fetcher.fetch(store, PLAN, who(), ["r0", "r1", "r2", "r3"], fetch_ctx(1.5))
+    result = await fetcher.fetch(
+        StoreRead(store, PLAN, who()), ["r0", "r1", "r2", "r3"], fetch_ctx(1.5)
+    )
     assert 0.45 <= time.monotonic() - start < 0.9
     assert [result[r][0].content for r in ("r0", "r1")] == [b"v1", b"v1"]  # type: ignore[index]
     assert all(isinstance(result[r], StoreUnavailable) for r in ("r2", "r3"))
@@ -293,7 +298,7 @@ async def test_a_refusing_store_is_answered_unavailable_at_a_third_of_the_deadli
     fetcher, store, _ = rig()
     store.refusing = True
     start = time.monotonic()
-    result = await fetcher.fetch(store, PLAN, who(), ["r"], fetch_ctx(1.5))
+    result = await fetcher.fetch(StoreRead(store, PLAN, who()), ["r"], fetch_ctx(1.5))
     assert 0.45 <= time.monotonic() - start < 0.8
     assert isinstance(result["r"], StoreUnavailable) and "refused" in str(result["r"])
 
@@ -346,7 +351,7 @@ async def test_callers_of_a_load_that_raised_do_not_collect_each_others_frames()
 
     async def mount() -> StoreUnavailable:
         with pytest.raises(StoreUnavailable, match="login refused") as raised:
-            await fetcher.fetch(store, PLAN, who(), ["r"], fetch_ctx(5))
+            await fetcher.fetch(StoreRead(store, PLAN, who()), ["r"], fetch_ctx(5))
         return raised.value
 
     errors = await asyncio.gather(*(mount() for _ in range(50)))
