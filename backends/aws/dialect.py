@@ -25,6 +25,9 @@ from __future__ import annotations
 
 import re
 from collections.abc import Mapping
+from typing import Any
+
+import yaml
 
 from backends.aws.descriptors import parse_object
 from backends.aws.options import Options
@@ -33,7 +36,7 @@ from provider.core.boundedyaml import load_yaml
 from provider.core.model import ObjectSpec, ParseContext, StorePlan
 from provider.core.parsing import Problems, expect_list, go_bool, unique_names
 
-__all__ = ["KEYS", "AwsRef", "AwsStore", "Target", "audiences", "lifetime", "parse"]
+__all__ = ["KEYS", "AwsRef", "AwsStore", "Target", "audiences", "lifetime", "listed", "parse"]
 
 KEYS = frozenset(
     {
@@ -138,3 +141,9 @@ def audiences(store: AwsStore) -> tuple[str, ...]:
 def lifetime(ref: AwsRef) -> tuple[str, str] | None:
     """Its answers are plain secrets: no lease, no certificate issued per read (`check`)."""
     return None
+
+
+def listed(items: list[dict[str, Any]]) -> dict[str, str]:
+    """Object entries of a class of several stores (provider/mount/stores.py) as the parameter
+    `parse` reads them: its `objects` list."""
+    return {"objects": yaml.safe_dump(items, sort_keys=False)}

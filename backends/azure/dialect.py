@@ -24,7 +24,9 @@ from __future__ import annotations
 import re
 from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Literal
+from typing import Any, Literal
+
+import yaml
 
 from backends.azure.objects import AzureRef, parse_objects
 from backends.azure.options import Options
@@ -210,3 +212,10 @@ def audiences(store: AzureStore) -> tuple[str, ...]:
 def lifetime(ref: AzureRef) -> tuple[str, str] | None:
     """Its answers are plain secrets: no lease, no certificate issued per read (`check`)."""
     return None
+
+
+def listed(items: list[dict[str, Any]]) -> dict[str, str]:
+    """Object entries of a class of several stores (provider/mount/stores.py) as the parameter
+    `parse` reads them: its `objects` map's `array`, each entry the map an `array:` string
+    holds."""
+    return {"objects": yaml.safe_dump({"array": items}, sort_keys=False)}

@@ -14,6 +14,9 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass
+from typing import Any
+
+import yaml
 
 from backends.fake.options import Options
 from provider.core.boundedyaml import load_yaml
@@ -84,3 +87,9 @@ def lifetime(ref: FakeRef) -> tuple[str, str] | None:
     """Unknown to `check`: the fake store's leases come from its file, which `check` does not
     read (docs/fake-store.md)."""
     return None
+
+
+def listed(items: list[dict[str, Any]]) -> dict[str, str]:
+    """Object entries of a class of several stores (provider/mount/stores.py) as the parameter
+    `parse` reads them: its `objects` list."""
+    return {"objects": yaml.safe_dump(items, sort_keys=False)}

@@ -23,6 +23,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any, Literal
 
+import yaml
+
 from backends.gcp.options import DEFAULT_GKE_PROVIDER, Options
 from provider.core.boundedyaml import load_yaml
 from provider.core.model import ObjectSpec, ParseContext, StorePlan, Transforms, hashed_once
@@ -267,3 +269,9 @@ def audiences(store: GcpStore) -> tuple[str, ...]:
 def lifetime(ref: GcpRef) -> tuple[str, str] | None:
     """Its answers are plain secrets: no lease, no certificate issued per read (`check`)."""
     return None
+
+
+def listed(items: list[dict[str, Any]]) -> dict[str, str]:
+    """Object entries of a class of several stores (provider/mount/stores.py) as the parameter
+    `parse` reads them: its `secrets` list (each entry one item)."""
+    return {"secrets": yaml.safe_dump(items, sort_keys=False)}

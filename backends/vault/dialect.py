@@ -26,6 +26,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
+import yaml
+
 from backends.vault.objects import VaultRef, parse_objects
 from backends.vault.options import Options
 from provider.core.model import ParseContext, StorePlan
@@ -203,3 +205,9 @@ def lifetime(ref: VaultRef) -> tuple[str, str] | None:
     if ref.method != "GET":
         return ("lease", f"{ref.method} {ref.path} is a dynamic secret's request")
     return None
+
+
+def listed(items: list[dict[str, Any]]) -> dict[str, str]:
+    """Object entries of a class of several stores (provider/mount/stores.py) as the parameter
+    `parse` reads them: its `objects` list."""
+    return {"objects": yaml.safe_dump(items, sort_keys=False)}

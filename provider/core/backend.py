@@ -3,8 +3,9 @@
 Each store package `backends/<name>/` has the same file roles:
   - `dialect.py`: the `Dialect` protocol below — KEYS (every parameter name of the dialect),
                   `parse(params, ctx: ParseContext[Options]) -> StorePlan[Store, Ref]`,
-                  `audiences(store)` and `lifetime(ref)`; imports no SDK, so `check` and
-                  start-up stay fast.
+                  `audiences(store)`, `lifetime(ref)` and `listed(items)` (object entries
+                  as the parameters this dialect reads: the multi-store shape); imports no
+                  SDK, so `check` and start-up stay fast.
   - `options.py`: `Options`, a frozen dataclass of provider-level flags (provider/core/settings.py
                   turns each field into `--<name>-<field>` and `SECRETS_BRIDGE_<NAME>_<FIELD>`);
                   every field has a default, so `Options()` is the store's defaults.
@@ -14,6 +15,8 @@ Each store package `backends/<name>/` has the same file roles:
   - `store.py`:   `create(env: BackendEnv[Options]) -> Backend[Store, Ref]`, the SDK loaded lazily,
                   and `DIALECT: Dialect[Store, Ref, Options] = dialect`: mypy checks both
                   modules against these protocols.
+A folder with a `dialect` and a `store` module is a store: backends/registry.py finds it there
+(the one list of stores), and nothing outside the folder names it.
 """
 
 from __future__ import annotations
@@ -181,6 +184,12 @@ class Dialect(Protocol[StoreT, RefT, OptionsT]):
     def lifetime(self, ref: RefT) -> tuple[str, str] | None:
         """What `check --json` says of an object: ("lease" or "certificate", why) when its
         answer is expected to be a credential with a lifetime; None for a plain secret."""
+        ...
+
+    def listed(self, items: list[dict[str, Any]]) -> dict[str, str]:
+        """The parameters that give these object entries, in the shape this dialect reads: a
+        class of several stores lists each store's objects as maps in one `objects` list
+        (provider/mount/stores.py), and hands them to `parse` re-serialized by this."""
         ...
 
 

@@ -26,8 +26,6 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-import yaml
-
 from backends import registry
 from provider.core.boundedyaml import load_yaml
 from provider.core.errors import InvalidParameters
@@ -241,12 +239,8 @@ def _dialect_parse(
 
 
 def _listed(backend: str, items: list[dict[str, Any]]) -> dict[str, str]:
-    """The entries under the key, and in the shape, the dialect reads."""
-    if backend == "gcp":
-        return {"secrets": yaml.safe_dump(items, sort_keys=False)}
-    if backend == "azure":
-        return {"objects": yaml.safe_dump({"array": items}, sort_keys=False)}
-    return {"objects": yaml.safe_dump(items, sort_keys=False)}
+    """The entries under the key, and in the shape, the dialect reads (its `listed`)."""
+    return registry.dialect_module(backend).listed(items)
 
 
 def _entry_of(field: str) -> int:

@@ -60,7 +60,7 @@ def params_for(backend: str) -> st.SearchStrategy[dict[str, str]]:
     keys = sorted(module.KEYS)
     text_value = st.one_of(st.text(max_size=40), values.map(lambda v: yaml.safe_dump(v)))
     base = st.dictionaries(st.sampled_from(keys), text_value, max_size=6)
-    listish = [k for k in ("objects", "secrets") if k in module.KEYS]
+    listish = sorted(module.listed([]))  # the parameter(s) the dialect lists objects under
 
     def with_objects(d: dict[str, str], objs: str, tmpl: str) -> dict[str, str]:
         out = {**d, "backend": backend}

@@ -1,5 +1,6 @@
 """deploy/examples: each SecretProviderClass passes our own `secrets-bridge check`, one per
-backend plus one using the extensions, and the Pod mounts one through an inline CSI volume."""
+backend (`<store>.yaml`, every store the registry lists but the test store) plus one using the
+extensions, and the Pod mounts one through an inline CSI volume."""
 
 from __future__ import annotations
 
@@ -11,11 +12,16 @@ import kubernetes_validate
 import pytest
 import yaml
 
+from backends import registry
 from tests.deploy.conftest import DEPLOY, ROOT, tool
 
 EXAMPLES = DEPLOY / "examples"
 CLI = ROOT / ".venv" / "bin" / "secrets-bridge"
-CLASSES = ["vault.yaml", "aws.yaml", "gcp.yaml", "azure.yaml", "extensions.yaml"]
+#: Stores without an example: the fake store is for tests and demos (docs/fake-store.md).
+NO_EXAMPLE = {"fake"}
+#: (example, its store): one class per store, in its upstream provider's style.
+PER_STORE = [(f"{name}.yaml", name) for name in registry.names() if name not in NO_EXAMPLE]
+CLASSES = [*(example for example, _ in PER_STORE), "extensions.yaml"]
 
 
 def load(name: str) -> list[dict[str, Any]]:
@@ -45,10 +51,7 @@ def test_secrets_bridge_check_accepts_the_example(name: str) -> None:
     assert result.returncode == 0, result.stdout + result.stderr
 
 
-@pytest.mark.parametrize(
-    ("name", "backend"),
-    [("vault.yaml", "vault"), ("aws.yaml", "aws"), ("gcp.yaml", "gcp"), ("azure.yaml", "azure")],
-)
+@pytest.mark.parametrize(("name", "backend"), PER_STORE)
 def test_one_class_per_backend_in_the_upstream_style(name: str, backend: str) -> None:
     doc = spc(name)
     assert doc["apiVersion"] == "secrets-store.csi.x-k8s.io/v1"
@@ -57,7 +60,9 @@ def test_one_class_per_backend_in_the_upstream_style(name: str, backend: str) ->
     assert params["backend"] == backend
     # The driver hands parameters over as strings: object lists are YAML inside a string.
     assert all(isinstance(v, str) for v in params.values()), params
-    listing = yaml.safe_load(params["secrets" if backend == "gcp" else "objects"])
+    # The parameter that lists the objects, as the dialect names it (its `listed`).
+    (key,) = registry.dialect_module(backend).listed([])
+    listing = yaml.safe_load(params[key])
     assert listing, f"{name} fetches nothing"
 
 
