@@ -1,5 +1,5 @@
 """The development harness: real and wire-level stores on loopback, pod tokens, certificates,
-builders of the provider's inputs, the echo floor, the bench rigs and the demo.
+builders of the provider's inputs, the bench rigs and the demo.
 
 Outside the wheel (tests, `make demo` and `secrets-bridge bench` from a source checkout use it);
 it needs the test extras (`bao`, `moto_server`, hvac, PyJWT). Modules, by concern:
@@ -21,8 +21,8 @@ it needs the test extras (`bao`, `moto_server`, hvac, PyJWT). Modules, by concer
     testing    builders: BackendEnv, Pod, FetchContext, MountRequest, the fake-store Harness
     serving    the provider serving on a Unix socket, and a driver-like client
     leaks      what counts as secret material in logs and metrics
-    echo, rigs, demo   the bench floor, the bench's stores, `make demo`
+    rigs, demo the bench's stores, `make demo`
     forward    a TCP forwarder the bench's soak restarts a store behind
-    outage_soak   repeated store hangs against a served provider (RSS, answers)
-    scale_model   the cluster-scale model of BENCHMARKS.md; bench_all.sh re-runs every figure
+    probes     one-off experiments behind BENCHMARKS.md (memory and cost probes, the scale
+               model, the outage soak, bench_all.sh); tests do not import them
 """

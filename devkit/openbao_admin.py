@@ -79,14 +79,15 @@ class Admin:
             client.sys.enable_auth_method(method, path=mount)
 
     def enable_kv(self, mount: str, version: int, vault_namespace: str = "") -> None:
-        client = self.root(vault_namespace)
-        if f"{mount}/" not in client.sys.list_mounted_secrets_engines()["data"]:
-            client.sys.enable_secrets_engine("kv", path=mount, options={"version": str(version)})
+        self._enable_engine("kv", mount, vault_namespace, options={"version": str(version)})
 
-    def enable_engine(self, engine: str, mount: str, vault_namespace: str = "") -> None:
+    def _enable_engine(
+        self, engine: str, mount: str, vault_namespace: str, options: dict[str, str] | None = None
+    ) -> None:
+        """The secrets engine at `mount`, unless something is mounted there already."""
         client = self.root(vault_namespace)
         if f"{mount}/" not in client.sys.list_mounted_secrets_engines()["data"]:
-            client.sys.enable_secrets_engine(engine, path=mount)
+            client.sys.enable_secrets_engine(engine, path=mount, options=options)
 
     def put_policy(self, name: str, hcl: str, vault_namespace: str = "") -> None:
         self.root(vault_namespace).sys.create_or_update_policy(name, hcl)
@@ -194,7 +195,7 @@ class Admin:
     ) -> None:
         """The database engine at `mount`, with connection `name` to `postgres` as its
         superuser; OpenBao verifies it can connect before accepting the config."""
-        self.enable_engine("database", mount, vault_namespace)
+        self._enable_engine("database", mount, vault_namespace)
         self.root(vault_namespace).write(
             f"{mount}/config/{name}",
             plugin_name=POSTGRES_PLUGIN,
@@ -236,7 +237,7 @@ class Admin:
     ) -> None:
         """The pki engine at `mount` (its max lease TTL tuned to `max_ttl`) with an internal EC
         root CA, generated once: a mount that already has an issuer keeps it."""
-        self.enable_engine("pki", mount, vault_namespace)
+        self._enable_engine("pki", mount, vault_namespace)
         client = self.root(vault_namespace)
         client.sys.tune_mount_configuration(path=mount, max_lease_ttl=max_ttl)
         if client.list(f"{mount}/issuers"):  # None while the mount has no issuer

@@ -33,10 +33,6 @@ class Rig(Protocol):
     async def stop(self) -> None: ...
 
 
-class Restartable(Protocol):
-    async def restart(self, down: float) -> None: ...
-
-
 class FakeRig:
     """The in-memory fake store; its reads are read from the provider's own metrics."""
 

@@ -96,8 +96,9 @@ class AzureBackend:
 
 
 def _client_class(object_type: str) -> Any:
-    """The SDK client class of an object type, imported when a class first reads that type (each
-    azure-keyvault package costs ~2 MiB of RSS; most classes read only secrets)."""
+    """The SDK client class of an object type, imported when a class first reads that type: each
+    azure-keyvault package stays in memory for the process's life, and most classes read only
+    secrets (measured: BENCHMARKS.md, "SDK packages imported on first use")."""
     if object_type == "key":
         from azure.keyvault.keys.aio import KeyClient
 

@@ -142,8 +142,9 @@ class Authenticator:
                 self._env.metrics.backend_call("gcp", "GoogleAuthRefresh"),
                 translated(f"signing with key {key.email}", subject),
             ):
-                # Loading an RSA key costs ~30 ms of CPU: a tenant's many keys must not stall
-                # the loop, so it runs on the backend's threads too.
+                # Loading an RSA key is CPU-heavy: a tenant's many keys must not stall the loop,
+                # so it runs on the backend's threads too
+                # (measured: BENCHMARKS.md, "Loading a Google service account key").
                 signed = await self._blocking(partial(assertion, key), ctx)
                 return await self._endpoints.grant(key.token_uri, signed, key.email, subject, ctx)
 

@@ -76,10 +76,6 @@ class SecretManager:
             return str(self._options.secretmanager_endpoint)
         return str(self._options.regional_endpoint).replace("{location}", ref.location)
 
-    @property
-    def open_channels(self) -> int:
-        return len(self._clients) + len(self._retired)
-
     async def _client(self, endpoint: str) -> Any:
         entry = self._clients.get(endpoint)
         if entry is not None:

@@ -38,8 +38,9 @@ class ParameterManager(SecretManager):
         return endpoint.replace("{location}", ref.location)
 
     def _make_client(self, channel: grpc.aio.Channel) -> Any:
-        # Imported on the first parameter read: the generated package costs ~2 MiB of RSS that a
-        # provider reading only Secret Manager would otherwise carry for its whole life.
+        # Imported on the first parameter read: a provider reading only Secret Manager would
+        # otherwise carry the generated package's memory for its whole life
+        # (measured: BENCHMARKS.md, "SDK packages imported on first use").
         from google.cloud.parametermanager_v1.services.parameter_manager import (
             ParameterManagerAsyncClient,
         )

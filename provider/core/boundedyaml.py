@@ -19,8 +19,9 @@ from provider.core.errors import InvalidParameters
 MAX_YAML_BYTES = 256 * 1024
 MAX_YAML_DEPTH = 32
 #: YAML nodes (scalars, lists, maps) one class may hold across all its YAML parameters. The pure
-#: Python parser costs about 20 us a node, so 256 KiB of `[1,1,...]` took 3 s of event loop; a
-#: class of 100 objects with ten keys each has about 2,100. Also the cap for a YAML secret value.
+#: Python parser is slow per node, so a document within the byte limit held the event loop for
+#: seconds (measured: BENCHMARKS.md, "The YAML parser's cost per node"); a class of 100 objects
+#: with ten keys each has about 2,100. Also the cap for a YAML secret value.
 MAX_YAML_NODES = 10_000
 #: YAML text one class (all its parameters) or one mount (all its secret values) may parse.
 MAX_YAML_TOTAL_BYTES = 1024 * 1024

@@ -5,12 +5,13 @@ Reads a ServiceAccount's annotations (AWS role ARN, GCP service account) and, on
 built on first use, so a provider that never needs the API never loads its configuration.
 
 Why not kubernetes_asyncio's generated client: importing any part of it imports every API group
-and model (about 840 modules), which kept ~36 MiB of RSS for the life of the process for two
-calls. In a pod (the product's case) the configuration is read here as client-go reads it: the
-API server from KUBERNETES_SERVICE_HOST/PORT, its CA and our token from the mounted service
-account files, the token re-read every minute (the kubelet rotates it). Only outside a
-cluster, without --kube-api-url, is a kubeconfig read through kubernetes_asyncio's loader
-(contexts, exec plugins, client certificates): a developer's run pays for it, a node does not.
+and model, which the process then keeps in memory for its whole life, for two calls
+(measured: BENCHMARKS.md, "kubernetes_asyncio's generated client"). In a pod (the product's
+case) the configuration is read here as client-go reads it: the API server from
+KUBERNETES_SERVICE_HOST/PORT, its CA and our token from the mounted service account files, the
+token re-read every minute (the kubelet rotates it). Only outside a cluster, without
+--kube-api-url, is a kubeconfig read through kubernetes_asyncio's loader (contexts, exec
+plugins, client certificates): a developer's run pays for it, a node does not.
 """
 
 from __future__ import annotations

@@ -222,14 +222,14 @@ class WorkShares:
     """CPU-bound work for tenants (parsing a class nobody parsed yet), off the event loop and
     within each tenant's share of it (issue 32, attack 2).
 
-    Parsing a class near the size limits takes 0.2-0.4 s of pure Python; on the event loop,
-    a few volumes cycling through distinct classes took every other tenant's cached mounts from
-    about 1 ms to seconds. Here the work runs in a worker thread, one job at a time (it holds the
-    GIL; the loop gets it back every switch interval, ~5 ms, instead of after the whole parse),
-    each tenant at most one job at a time (so a tenant's next job waits behind at most one of
-    every other tenant's), and each tenant within `share` seconds of work per `window` seconds
-    (a leaky bucket): a tenant over it waits until its share frees, or is refused at once when
-    that is later than its deadline.
+    Parsing a class near the size limits is a long stretch of pure Python; on the event loop, a
+    few volumes cycling through distinct classes held up every other tenant's cached mounts
+    (measured: BENCHMARKS.md, "Parsing a class nobody parsed yet"). Here the work runs in a
+    worker thread, one job at a time (it holds the GIL; the loop gets it back every switch
+    interval, ~5 ms, instead of after the whole parse), each tenant at most one job at a time
+    (so a tenant's next job waits behind at most one of every other tenant's), and each tenant
+    within `share` seconds of work per `window` seconds (a leaky bucket): a tenant over it waits
+    until its share frees, or is refused at once when that is later than its deadline.
     """
 
     def __init__(

@@ -41,9 +41,9 @@ def hashed_once(cls: C) -> C:
     """A frozen dataclass whose hash is computed once per object, on first use.
 
     A store's ref keys several dicts on every mount (the value cache, single-flight, each
-    mount's results); the generated hash builds a tuple of the fields each time (measured with
-    `python -m devkit.mount_cost`: 15.8 -> 14.9 µs per cached mount). Equal objects still hash
-    equal: the cached number is the generated hash of the same frozen fields.
+    mount's results); the generated hash builds a tuple of the fields each time
+    (measured: BENCHMARKS.md, "Refs hash once"). Equal objects still hash equal: the cached
+    number is the generated hash of the same frozen fields.
     """
     fields_hash: Callable[[object], int] = cls.__hash__  # type: ignore[assignment]
 

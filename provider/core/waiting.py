@@ -5,9 +5,8 @@ store answers or the mount's own time is up: a few hundred at once on a busy nod
 allocators keep the high-water mark of what they held (issue 16's soak). `asyncio.wait` is
 built for the general case — it copies the awaitables into a set and runs two coroutines
 around one waiter future — so here is the narrow one: a waiter future, one callback per
-awaited task, one timer. Measured per waiting 5-object mount (`python -m devkit.waiting_memory`,
-our Python heap only): 8.0 KiB with `asyncio.wait` on each object's future, 5.7 KiB with this on
-the shared read (docs/bench/s6-waiting-memory.txt).
+awaited task, one timer; it holds less per waiting mount than `asyncio.wait` on each object's
+future (measured: BENCHMARKS.md, "Waiting mounts: one wait on the shared read").
 """
 
 from __future__ import annotations

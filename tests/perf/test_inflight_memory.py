@@ -1,5 +1,6 @@
-"""`python -m devkit.inflight_memory` compares RSS per held call of the provider (its OpenBao cut
-off) with a bare grpc server's, and refuses to report unless every held call was still waiting."""
+"""`python -m devkit.probes.inflight_memory` compares RSS per held call of the provider (its
+OpenBao cut off) with a bare grpc server's, and refuses to report unless every held call was
+still waiting."""
 
 from __future__ import annotations
 
@@ -10,7 +11,7 @@ import sys
 
 def test_inflight_memory_reports_floor_and_provider() -> None:
     run = subprocess.run(
-        [sys.executable, "-m", "devkit.inflight_memory", "--pairs", "1", "--calls", "40"],
+        [sys.executable, "-m", "devkit.probes.inflight_memory", "--pairs", "1", "--calls", "40"],
         capture_output=True,
         text=True,
         timeout=180,

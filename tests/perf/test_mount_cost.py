@@ -1,4 +1,5 @@
-"""`python -m devkit.mount_cost` answers the bench's cached mounts over each store it offers.
+"""`python -m devkit.probes.mount_cost` answers the bench's cached mounts over each store it
+offers.
 
 The tool times the servicer in one process; this checks it still builds the servicer from
 `serve`'s flags and that every mount it times succeeds (a failed mount ends it with the
@@ -16,7 +17,8 @@ import pytest
 
 @pytest.mark.parametrize("store", ["fake", "openbao"])
 def test_mount_cost_times_successful_mounts(store: str) -> None:
-    command = ["-m", "devkit.mount_cost", "--store", store, "--mounts", "50", "--repeats", "1"]
+    probe = "devkit.probes.mount_cost"
+    command = ["-m", probe, "--store", store, "--mounts", "50", "--repeats", "1"]
     run = subprocess.run(
         [sys.executable, *command],
         capture_output=True,

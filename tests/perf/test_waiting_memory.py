@@ -1,5 +1,5 @@
-"""`python -m devkit.waiting_memory` measures mounts that are still waiting on a store that is
-down (it refuses to report once any of them stopped waiting), against a real OpenBao."""
+"""`python -m devkit.probes.waiting_memory` measures mounts that are still waiting on a store
+that is down (it refuses to report once any of them stopped waiting), against a real OpenBao."""
 
 from __future__ import annotations
 
@@ -10,7 +10,7 @@ import sys
 
 def test_waiting_memory_measures_mounts_still_waiting() -> None:
     run = subprocess.run(
-        [sys.executable, "-m", "devkit.waiting_memory", "--mounts", "50", "--wait", "0.5"],
+        [sys.executable, "-m", "devkit.probes.waiting_memory", "--mounts", "50", "--wait", "0.5"],
         capture_output=True,
         text=True,
         timeout=120,

@@ -1,10 +1,10 @@
 #!/usr/bin/env bash
 # Every figure of BENCHMARKS.md's bench sections, one command each; outputs in $OUT.
-#   devkit/bench_all.sh [OUT]        (from the repository root, after `make install`;
-#                                     the soak alone takes 10 minutes)
+#   devkit/probes/bench_all.sh [OUT]   (from the repository root, after `make install`;
+#                                      the soak alone takes 10 minutes)
 # On a shared machine the ratios move by tens of percent between runs: run it on a quiet one.
 set -euo pipefail
-cd "$(dirname "$0")/.."
+cd "$(dirname "$0")/../.."
 OUT=${1:-docs/bench}
 mkdir -p "$OUT"
 PY=.venv/bin/python
@@ -32,14 +32,14 @@ bench soak-stale-off --store openbao --scenario rotation --volumes 2000 --interv
 # The provider's own Python per cached Mount, in one process (no gRPC): a line per mount, then
 # the default (a volume's unchanged re-mounts counted, not logged); then the Vault backend
 # against a real OpenBao.
-$PY -m devkit.mount_cost --log-repeats-every 0 | tee "$OUT/mount-cost.txt"
-$PY -m devkit.mount_cost | tee -a "$OUT/mount-cost.txt"
-$PY -m devkit.mount_cost --store openbao | tee -a "$OUT/mount-cost.txt"
+$PY -m devkit.probes.mount_cost --log-repeats-every 0 | tee "$OUT/mount-cost.txt"
+$PY -m devkit.probes.mount_cost | tee -a "$OUT/mount-cost.txt"
+$PY -m devkit.probes.mount_cost --store openbao | tee -a "$OUT/mount-cost.txt"
 # Our Python heap per mount waiting out an outage (a store cut off, 300 mounts waiting).
-$PY -m devkit.waiting_memory | tee "$OUT/waiting-memory.txt"
+$PY -m devkit.probes.waiting_memory | tee "$OUT/waiting-memory.txt"
 # RSS per call in flight: the provider waiting out an outage vs a bare grpc server holding calls.
-$PY -m devkit.inflight_memory --pairs 5 --calls 300 | tee "$OUT/inflight-memory.txt"
+$PY -m devkit.probes.inflight_memory --pairs 5 --calls 300 | tee "$OUT/inflight-memory.txt"
 # Memory with all four backends after 20,000 mounts.
 $PY -m tests.perf.rss_all_backends --mounts 20000 --every 5000 | tee "$OUT/rss-all-four.txt"
 # The cluster-scale model (its measured inputs name the runs above).
-$PY -m devkit.scale_model --json "$OUT/scale-model.json" | tee "$OUT/scale-model.txt"
+$PY -m devkit.probes.scale_model --json "$OUT/scale-model.json" | tee "$OUT/scale-model.txt"

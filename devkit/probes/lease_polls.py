@@ -2,7 +2,7 @@
 (its database engine on a real PostgreSQL, its PKI engine): what the store did and how often
 the pod's files changed (BENCHMARKS.md, issue 31).
 
-    python -m devkit.lease_polls --polls 60 --interval 1 --scale 60 --json
+    python -m devkit.probes.lease_polls --polls 60 --interval 1 --scale 60 --json
 
 Time is scaled: with `--scale 60`, one second stands for one minute, so 60 polls a second apart
 are an hour of the driver's 1-minute republish, and every TTL given in (unscaled) minutes is
@@ -11,7 +11,7 @@ divided by 60. The class has three dynamic objects: two database roles' credenti
 
 It imports `provider` from wherever Python finds it first, so the same script measures another
 checkout (copied into it, run there with `PYTHONPATH=<worktree>`): today's code against the
-code before credentials with a lifetime, in one run of `devkit/bench_leases.sh`.
+code before credentials with a lifetime, in one run of `devkit/probes/bench_leases.sh`.
 """
 
 from __future__ import annotations

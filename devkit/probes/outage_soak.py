@@ -1,6 +1,6 @@
 """Memory across repeated hang outages (issue 21): the rotation poll against a store that hangs.
 
-    python -m devkit.outage_soak [--volumes 660 --period 20 --deadline 10 --outages 4
+    python -m devkit.probes.outage_soak [--volumes 660 --period 20 --deadline 10 --outages 4
                                   --outage 20 --interval 60 --stale 0]
 
 A real OpenBao behind `devkit.hangs.HangProxy`; the provider runs as `secrets-bridge serve` in
@@ -198,7 +198,7 @@ def latency_report(latencies: list[tuple[float, float]], windows: list[tuple[flo
 
 
 def main() -> int:
-    p = argparse.ArgumentParser(prog="python -m devkit.outage_soak")
+    p = argparse.ArgumentParser(prog="python -m devkit.probes.outage_soak")
     p.add_argument("--volumes", type=int, default=660)
     p.add_argument("--period", type=float, default=20.0, help="seconds between re-mounts")
     p.add_argument("--deadline", type=float, default=10.0, help="the driver's deadline")

@@ -1,6 +1,6 @@
 """The provider's own Python heap per Mount waiting out a store outage (a benchmark).
 
-    python -m devkit.waiting_memory [--mounts 300] [--wait 1.0]
+    python -m devkit.probes.waiting_memory [--mounts 300] [--wait 1.0]
 
 In an outage every mount that arrives waits on the shared read of its objects while that read
 retries, and the allocators keep the high-water mark of what the waiting mounts held (issue 16's
@@ -22,7 +22,7 @@ import tracemalloc
 from pathlib import Path
 
 from devkit import rigs
-from devkit.mount_cost import Context, serving
+from devkit.probes.mount_cost import Context, serving
 
 
 async def measure(mounts: int, wait: float, work: Path) -> tuple[float, list[tuple[str, float]]]:
@@ -66,7 +66,7 @@ def main() -> None:
     with tempfile.TemporaryDirectory() as work:
         total, files = asyncio.run(measure(args.mounts, args.wait, Path(work)))
     print(f"{total / 1024:.2f} KiB of Python heap per waiting mount ({args.mounts} waiting)")
-    root = str(Path(__file__).resolve().parents[1]) + "/"
+    root = str(Path(__file__).resolve().parents[2]) + "/"
     places = {
         sysconfig.get_paths()["purelib"]: "<site-packages>",
         sysconfig.get_paths()["stdlib"]: "<python>",

@@ -1,6 +1,6 @@
 """Cluster scale on paper: store calls and pod-start latency for 100 / 1,000 / 5,000 nodes.
 
-    python -m devkit.scale_model [--pods-per-node 30 --objects 5 --interval 120
+    python -m devkit.probes.scale_model [--pods-per-node 30 --objects 5 --interval 120
                                   --identities-per-node 10 --cache-ttl 30 --json FILE]
 
 Prints the tables of BENCHMARKS.md ("Cluster scale"). Three policies:

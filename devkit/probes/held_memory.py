@@ -1,6 +1,6 @@
 """What one held credential costs the provider's memory (BENCHMARKS.md, issue 31).
 
-    python -m devkit.held_memory --pods 2000
+    python -m devkit.probes.held_memory --pods 2000
 
 N pods each mount a class with one leased object of the fake store (a ~300-byte credential) and
 keep it held (provider/mount/lifetimes.py); the Python heap that stays allocated after a full

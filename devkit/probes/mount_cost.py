@@ -1,6 +1,6 @@
 """The provider's own Python per cached Mount, in one process, without gRPC (a benchmark).
 
-    python -m devkit.mount_cost [--store fake|openbao] [--mounts 5000] [--repeats 7]
+    python -m devkit.probes.mount_cost [--store fake|openbao] [--mounts 5000] [--repeats 7]
                                 [--log-repeats-every 600]
 
 Builds the servicer as `serve` does — from `serve`'s own flags, over the bench's store rig (the

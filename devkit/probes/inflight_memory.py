@@ -1,7 +1,7 @@
 """RSS per Mount in flight: the provider waiting out an outage against a bare grpc server that
 holds the same calls (a benchmark).
 
-    python -m devkit.inflight_memory [--calls 150] [--pairs 3]
+    python -m devkit.probes.inflight_memory [--calls 150] [--pairs 3]
 
 In issue 16's soak, mounts pile up while the store is down and RSS steps with them. This tells
 how much of that step any grpc server would take for the same calls. Each measurement runs in a
@@ -28,7 +28,7 @@ from typing import Any
 import grpc
 
 from devkit import rigs
-from devkit.mount_cost import serving
+from devkit.probes.mount_cost import serving
 from protos import provider_pb2_grpc
 from provider.cli.bench.floor import FloorServicer, default_response
 from provider.edge.server import build_server
@@ -97,7 +97,7 @@ async def measure(kind: str, calls: int, work: Path) -> float:
         server.add_insecure_port(f"unix://{socket}")
         await server.start()
         child = await asyncio.create_subprocess_exec(
-            sys.executable, "-m", "devkit.inflight_memory", "--client", socket,
+            sys.executable, "-m", "devkit.probes.inflight_memory", "--client", socket,
             str(requests_file), str(calls),
             stdin=subprocess.PIPE, stdout=subprocess.PIPE,
         )  # fmt: skip
@@ -153,7 +153,7 @@ def main() -> None:
     for _ in range(args.pairs):
         for kind in figures:
             run = subprocess.run(
-                [sys.executable, "-m", "devkit.inflight_memory", "--one", kind,
+                [sys.executable, "-m", "devkit.probes.inflight_memory", "--one", kind,
                  "--calls", str(args.calls)],
                 capture_output=True, text=True, check=False,
             )  # fmt: skip
