@@ -63,8 +63,7 @@ def make_pod(
 
 def fetch_ctx(seconds: float = 30.0) -> FetchContext:
     """A deadline `seconds` away; retries stop at a third of it."""
-    now = time.monotonic()
-    return FetchContext(deadline=now + seconds, retry_deadline=now + seconds / 3)
+    return FetchContext.within(seconds, time.monotonic())
 
 
 def driver_request(

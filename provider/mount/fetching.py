@@ -44,8 +44,8 @@ class _Raised:
 
     Every caller joined to the load gets the very same exception object. Raised as it is, each
     raise would add that caller's frames to the one traceback it carries, and keep every
-    caller's frames (their requests among them) alive as long as any of them holds the error:
-    measured, 50 joined mounts left a chain of 102 entries. So each caller keeps the traceback
+    caller's frames (their requests among them) alive as long as any of them holds the error
+    (measured: BENCHMARKS.md, "A raised load's traceback"). So each caller keeps the traceback
     the load gave it (`Future.result()` re-raises with it, as asyncio does) and raises with that.
     """
 
@@ -228,8 +228,7 @@ class Fetcher:
         One wait for all of the mount's refs rather than a task per ref: an outage holds
         every mount of its first seconds waiting here at once (~100 at 33 mounts/s with the
         default --serve-stale-wait), and the allocators keep the high-water mark of that for
-        good. Measured: 19 KiB of Python heap per waiting 5-object mount with a task per ref,
-        8 KiB with one `asyncio.wait`, 5.7 KiB with `waiting.all_done` on the loads.
+        good (measured: BENCHMARKS.md, "Waiting mounts: one wait on the shared read").
         """
         start = time.monotonic()
         # Per ref, in `joined`'s order (lists: this frame is held by every waiting mount).

@@ -19,7 +19,8 @@ from jmespath.visitor import Options, TreeInterpreter
 if TYPE_CHECKING:
     from jmespath.visitor import _TreeNode
 
-#: AST node visits plus container elements sized, per `extract` evaluation: about 0.1 s of CPU.
+#: AST node visits plus container elements sized, per `extract` evaluation
+#: (measured: BENCHMARKS.md, "The JMESPath step budget").
 MAX_STEPS = 100_000
 
 

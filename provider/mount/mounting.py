@@ -42,7 +42,7 @@ PLAN_CACHE_BYTES = 16 * 1024 * 1024
 #: A class's parameters as plans are kept by: the kubelet's own keys left out.
 PlanKey = frozenset[tuple[str, str]]
 #: Each namespace's share of parsing classes not parsed before: seconds of work per window
-#: (a class near the size limits costs 0.2-0.4 s; an ordinary one about a millisecond).
+#: (measured: BENCHMARKS.md, "Parsing a class nobody parsed yet").
 PARSE_SHARE = 1.0
 PARSE_WINDOW = 10.0
 #: File bytes the memoized answers may hold in all (each is at most --max-response-bytes).

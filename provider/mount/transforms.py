@@ -36,7 +36,8 @@ _Sized = TypeVar("_Sized", str, bytes)
 #: Files one `explode` may yield.
 MAX_EXPLODE_FILES = 1000
 #: Values (roughly: `,` `[` `{` and newlines) a secret may hold to be parsed for extraction;
-#: parsed JSON takes up to ~60 bytes of memory per value, so this caps it near 12 MiB.
+#: parsed JSON's memory grows with them (measured: BENCHMARKS.md, "Values parsed for
+#: extraction").
 MAX_SECRET_VALUES = 200_000
 
 
@@ -140,7 +141,8 @@ def _structured(spec: ObjectSpec[Any], value: SecretValue) -> Any:
 
 
 def _yaml(spec: ObjectSpec[Any], text: str) -> Any:
-    # PyYAML is pure Python (about 20 us a value): only small documents, under the node limit.
+    # PyYAML is pure Python (measured: BENCHMARKS.md, "The YAML parser's cost per node"): only
+    # small documents, under the node limit.
     if len(text) > MAX_YAML_BYTES:
         raise InvalidParameters(
             f"object {spec.name!r}: the secret is not JSON and is over {MAX_YAML_BYTES} bytes, "
