@@ -1,4 +1,4 @@
-"""The one error hierarchy of secrets-bridge, and its single mapping to gRPC status codes.
+"""The one error hierarchy of secrets-bridge, each error with its neutral `Status`.
 
     BridgeError                      (base; never raised itself)
      ├── InvalidParameters           INVALID_ARGUMENT   the SecretProviderClass or request is wrong
@@ -10,8 +10,10 @@
      ├── DeadlineExceeded            DEADLINE_EXCEEDED  the request's deadline passed
      └── MountFailed                 (code of its most actionable part) several objects failed
 
-Anything that is not a BridgeError becomes INTERNAL with a fixed text; the traceback goes to the
-log only (see provider/edge/server.py). Backends translate their SDK's exceptions into this tree in
+The statuses keep gRPC's names; the edge maps each to its gRPC status code in one table
+(provider/edge/status.py), so nothing below the edge imports gRPC. Anything that is not a
+BridgeError becomes INTERNAL with a fixed text; the traceback goes to the log only (see
+provider/edge/server.py). Backends translate their SDK's exceptions into this tree in
 exactly one place each, so messages can name the object, store and identity without ever
 carrying secret material. A store's error body is never relayed: messages carry the HTTP or RPC
 status and the store's known error codes (`known_phrases`: our own fixed text for each), and the
@@ -21,28 +23,41 @@ other text that came from outside (exception texts of transports).
 
 from __future__ import annotations
 
+import enum
 import re
 from collections.abc import Sequence
-
-import grpc
 
 INTERNAL_TEXT = "internal error in secrets-bridge; see the provider's log for details"
 
 
-#: The most an error message returned to the driver takes on the wire: gRPC sends it in the
-#: `grpc-message` trailer, percent-encoded (every byte outside printable ASCII, and `%`, as three
+#: The most an error message returned to the driver takes on the wire: gRPC sends it in its
+#: Status-Message trailer, percent-encoded (every byte outside printable ASCII, and `%`, as three
 #: bytes). C-core clients refuse trailers over 8 KiB (at random up to 16 KiB, then always);
-#: grpc-go, the driver's, takes 16 MiB. A class of hundreds of problems made messages of
+#: gRPC-Go, the driver's, takes 16 MiB. A class of hundreds of problems made messages of
 #: hundreds of KiB: the driver's event and our own `mount` and `bench` failed on them.
 MAX_MESSAGE_BYTES = 4096
 #: The most one problem (one object's failure) takes of such a message, so several fit.
 MAX_PART_BYTES = 1024
 
 
-class BridgeError(Exception):
-    """Base class; `code` is the gRPC status this error is reported with."""
+class Status(enum.Enum):
+    """What kind of failure an error is: the status the edge reports it with. The names (and
+    values) are gRPC's status names, which log lines, metrics labels and audit records carry."""
 
-    code: grpc.StatusCode = grpc.StatusCode.INTERNAL
+    INVALID_ARGUMENT = "INVALID_ARGUMENT"
+    RESOURCE_EXHAUSTED = "RESOURCE_EXHAUSTED"
+    FAILED_PRECONDITION = "FAILED_PRECONDITION"
+    PERMISSION_DENIED = "PERMISSION_DENIED"
+    NOT_FOUND = "NOT_FOUND"
+    UNAVAILABLE = "UNAVAILABLE"
+    DEADLINE_EXCEEDED = "DEADLINE_EXCEEDED"
+    INTERNAL = "INTERNAL"
+
+
+class BridgeError(Exception):
+    """Base class; `code` is the status this error is reported with."""
+
+    code: Status = Status.INTERNAL
     #: Whether retrying the same call later may succeed.
     transient: bool = False
 
@@ -62,7 +77,7 @@ class BridgeError(Exception):
 class InvalidParameters(BridgeError):
     """Bad SecretProviderClass parameters or request fields; lists every problem at once."""
 
-    code = grpc.StatusCode.INVALID_ARGUMENT
+    code = Status.INVALID_ARGUMENT
 
     def __init__(self, problems: Sequence[str] | str) -> None:
         self.problems = [problems] if isinstance(problems, str) else list(problems)
@@ -80,23 +95,23 @@ class InvalidParameters(BridgeError):
 
 
 class LimitExceeded(BridgeError):
-    code = grpc.StatusCode.RESOURCE_EXHAUSTED
+    code = Status.RESOURCE_EXHAUSTED
 
 
 class MissingCredential(BridgeError):
-    code = grpc.StatusCode.FAILED_PRECONDITION
+    code = Status.FAILED_PRECONDITION
 
 
 class PermissionDenied(BridgeError):
-    code = grpc.StatusCode.PERMISSION_DENIED
+    code = Status.PERMISSION_DENIED
 
 
 class NotFound(BridgeError):
-    code = grpc.StatusCode.NOT_FOUND
+    code = Status.NOT_FOUND
 
 
 class StoreUnavailable(BridgeError):
-    code = grpc.StatusCode.UNAVAILABLE
+    code = Status.UNAVAILABLE
     transient = True
 
     def __init__(self, message: str, *, retry_after: float | None = None) -> None:
@@ -111,20 +126,20 @@ class StoreSilent(StoreUnavailable):
 
 
 class DeadlineExceeded(BridgeError):
-    code = grpc.StatusCode.DEADLINE_EXCEEDED
+    code = Status.DEADLINE_EXCEEDED
 
 
 # When several objects fail differently, report the code a user can act on first: a typo or a
 # denial will not heal by itself, so it wins over "unavailable", which the driver retries.
 _PRIORITY = [
-    grpc.StatusCode.INVALID_ARGUMENT,
-    grpc.StatusCode.FAILED_PRECONDITION,
-    grpc.StatusCode.PERMISSION_DENIED,
-    grpc.StatusCode.NOT_FOUND,
-    grpc.StatusCode.RESOURCE_EXHAUSTED,
-    grpc.StatusCode.INTERNAL,
-    grpc.StatusCode.DEADLINE_EXCEEDED,
-    grpc.StatusCode.UNAVAILABLE,
+    Status.INVALID_ARGUMENT,
+    Status.FAILED_PRECONDITION,
+    Status.PERMISSION_DENIED,
+    Status.NOT_FOUND,
+    Status.RESOURCE_EXHAUSTED,
+    Status.INTERNAL,
+    Status.DEADLINE_EXCEEDED,
+    Status.UNAVAILABLE,
 ]
 
 
@@ -134,7 +149,7 @@ class MountFailed(BridgeError):
     def __init__(self, failures: Sequence[tuple[str, BridgeError]], context: str = "") -> None:
         self.failures = list(failures)
         codes = {err.code for _, err in failures}
-        self.code = min(codes, key=_PRIORITY.index) if codes else grpc.StatusCode.INTERNAL
+        self.code = min(codes, key=_PRIORITY.index) if codes else Status.INTERNAL
         self.transient = all(err.transient for _, err in failures)
         parts = [_named(name, err) for name, err in failures]
         where = f" ({context})" if context else ""
@@ -157,14 +172,14 @@ def _named(name: str, err: BridgeError) -> str:
     return text if text.startswith(prefix) else prefix + text
 
 
-# Bytes `grpc-message` carries as they are: printable ASCII but `%` (gRPC's HTTP/2 protocol,
-# "Status-Message"); any other byte of the UTF-8 text is sent as `%XX`.
+# Bytes gRPC's Status-Message trailer carries as they are: printable ASCII but `%` (its HTTP/2
+# protocol); any other byte of the UTF-8 text is sent as `%XX`.
 _PLAIN = bytes(b for b in range(0x20, 0x7F) if b != 0x25)
 _ELLIPSIS = "…"
 
 
 def wire_bytes(text: str) -> int:
-    """The bytes `text` takes in a `grpc-message` trailer (percent-encoded UTF-8)."""
+    """The bytes `text` takes in gRPC's Status-Message trailer (percent-encoded UTF-8)."""
     data = text.encode("utf-8", "surrogatepass")
     return len(data) + 2 * len(data.translate(None, _PLAIN))
 

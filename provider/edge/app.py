@@ -8,7 +8,9 @@ import asyncio
 import contextlib
 import dataclasses
 import errno
+import functools
 import gc
+import inspect
 import logging
 import os
 import signal
@@ -18,6 +20,7 @@ from typing import Any
 from backends import registry
 from provider.core.backend import AnyBackend, BackendEnv
 from provider.core.caching import ExpiringCache
+from provider.core.errors import redacted
 from provider.core.kube import KubeClient
 from provider.core.limits import namespace_of
 from provider.core.metrics import Metrics
@@ -52,11 +55,12 @@ class Backends:
             on_event=metrics.cache_counter("credentials"), tenant_of=namespace_of
         )
         self._built: dict[str, AnyBackend] = {}
-        self._closers: list[Callable[[], Awaitable[None]]] = []
+        self._closers: list[tuple[str, Callable[[], Awaitable[None]]]] = []
 
-    def on_close(self, close: Callable[[], Awaitable[None]]) -> None:
-        """Run `close` at shutdown before the backends close (the fetcher's loads use them)."""
-        self._closers.append(close)
+    def on_close(self, close: Callable[[], Awaitable[None]], name: str) -> None:
+        """Run `close` at shutdown before the backends close (the fetcher's loads use them);
+        `name` is what a failure to close is logged as."""
+        self._closers.append((name, close))
 
     def options_for(self, name: str) -> Any:
         """The store's Options from the flags, or its defaults when none were parsed."""
@@ -78,13 +82,13 @@ class Backends:
         return backend
 
     async def close(self) -> None:
-        for close in self._closers:
-            with contextlib.suppress(Exception):
-                await close()
-        for backend in self._built.values():
-            with contextlib.suppress(Exception):
-                await backend.close()
-        await self._kube.close()
+        """Close what uses the backends, then each backend, then the Kubernetes client; a
+        failure is logged (one line naming what failed to close) and the rest still closed."""
+        for name, close in self._closers:
+            await released(name, close)
+        for name, backend in self._built.items():
+            await released(f"the {name} backend", backend.close)
+        await released("the Kubernetes client", self._kube.close)
 
 
 def load_versioner(path: str | None, *, warn: bool = True) -> Versioner:
@@ -116,7 +120,7 @@ def build_mounter(
         lease_idle_after=core.lease_idle_after,
         max_held_credentials=core.max_held_credentials,
     )
-    backends.on_close(fetcher.close)
+    backends.on_close(fetcher.close, "the fetcher")
     mounter = Mounter(
         backend_for=backends.get,
         options_for=backends.options_for,
@@ -138,20 +142,36 @@ async def serve(
 ) -> int:
     """Serve until SIGTERM/SIGINT (or `stop` is set, for tests and the demo).
 
-    A start that is refused (a StartupError: one line for the operator) leaves nothing behind:
-    no socket, no audit line, no directory it created, nothing listening.
+    Every resource is registered on one exit stack as soon as it is acquired, and released in
+    the reverse order, at shutdown or when the start is refused: a refused start (a
+    StartupError: one line for the operator) leaves nothing behind: no socket, no audit line,
+    no directory it created, nothing listening. A resource that fails to be released is
+    logged (`released`), and the others are still released.
     """
     settings = dataclasses.replace(settings, socket=startup.absolute(settings.socket))
     metrics = Metrics()
-    # The socket's path first: a bad one is refused before anything is built, logged or
-    # written to the audit trail.
-    claim = await claim_socket(settings.socket)
-    backends: Backends | None = None
-    audit: AuditTrail | None = None
-    runner: Any = None
-    try:
+    stop = stop or asyncio.Event()
+    loop = asyncio.get_running_loop()
+    async with contextlib.AsyncExitStack() as stack:
+        # The socket's path first: a bad one is refused before anything is built, logged or
+        # written to the audit trail. What the claim made is given back unless serve starts.
+        claim = await claim_socket(settings.socket)
+        _on_exit(stack, "the socket's claim", claim.release)
+        # SIGTERM and SIGINT stop serving from here on, and still do while it drains.
+        for sig in (signal.SIGTERM, signal.SIGINT):
+            loop.add_signal_handler(sig, stop.set)
+            _on_exit(
+                stack, f"the {sig.name} handler", functools.partial(loop.remove_signal_handler, sig)
+            )
         mounter, backends = build_mounter(settings, metrics)
+        stack.push_async_callback(backends.close)  # logs each part that fails to close
         audit = open_audit(settings, metrics, mounter)
+        if audit is not None:
+            _on_exit(stack, "the audit log", audit.close)
+            # logrotate renamed the file: write to the path anew
+            loop.add_signal_handler(signal.SIGHUP, audit.reopen)
+            unhandle = functools.partial(loop.remove_signal_handler, signal.SIGHUP)
+            _on_exit(stack, "the SIGHUP handler", unhandle)
         servicer = ProviderServicer(
             mounter=mounter,
             metrics=metrics,
@@ -160,52 +180,62 @@ async def serve(
         )
         server = build_server(servicer, max_send_bytes=settings.core.max_response_bytes + 65536)
         runner = await _listen_http(settings, metrics)
+        _on_exit(stack, "the health server", runner.cleanup)
         # Nothing is bound before every check passed: a refused start leaves no socket behind.
         ours = await _bind(server, settings.socket)
-    except BaseException:
-        if runner is not None:
-            await runner.cleanup()
-        claim.abandon()
-        if backends is not None:
-            await backends.close()
-        if audit is not None:
-            audit.close()
-        raise
-    # Everything imported and built so far lives as long as the process: move it out of the
-    # collector's reach, so a full collection walks only what mounts allocate (measured: a
-    # full collection of the start-up heap stalls the loop ~50 ms, the p99.9 of cached mounts).
-    gc.collect()
-    gc.freeze()
-    stop = stop or asyncio.Event()
-    loop = asyncio.get_running_loop()
-    for sig in (signal.SIGTERM, signal.SIGINT):
-        loop.add_signal_handler(sig, stop.set)
-    if audit is not None:  # logrotate renamed the file: write to the path anew
-        loop.add_signal_handler(signal.SIGHUP, audit.reopen)
-    log.info(
-        "serving",
-        extra={
-            "fields": {
-                "socket": settings.socket,
-                "health": settings.health_addr,
-                "loop": loops.running(),
-            }
-        },
-    )
-    if ready is not None:
-        ready.set()
-    try:
-        await stop.wait()
-    finally:
-        log.info("stopping", extra={"fields": {"grace_period": settings.grace_period}})
-        # Stop accepting at once; in-flight mounts get the grace period to finish.
-        await asyncio.shield(_shutdown(server, runner, backends, settings, ours))
-        for sig in (signal.SIGTERM, signal.SIGINT):
-            loop.remove_signal_handler(sig)
-        if audit is not None:
-            loop.remove_signal_handler(signal.SIGHUP)
-            audit.close()
+        _on_exit(stack, "the socket", functools.partial(release_socket, settings.socket, ours))
+        # Released before the socket: stop accepting at once; in-flight mounts get the grace
+        # period to finish; then the socket is removed (if still ours).
+        _on_exit(stack, "the gRPC server", functools.partial(server.stop, settings.grace_period))
+        claim.keep()
+        # Everything imported and built so far lives as long as the process: move it out of
+        # the collector's reach, so a full collection walks only what mounts allocate
+        # (measured: a full collection of the start-up heap stalls the loop ~50 ms, the p99.9
+        # of cached mounts).
+        gc.collect()
+        gc.freeze()
+        log.info(
+            "serving",
+            extra={
+                "fields": {
+                    "socket": settings.socket,
+                    "health": settings.health_addr,
+                    "loop": loops.running(),
+                }
+            },
+        )
+        if ready is not None:
+            ready.set()
+        try:
+            await stop.wait()
+        finally:
+            log.info("stopping", extra={"fields": {"grace_period": settings.grace_period}})
+            # Released in reverse order, to the end even when serve is cancelled again.
+            await asyncio.shield(stack.aclose())
+            log.info("stopped")
     return 0
+
+
+async def released(name: str, release: Callable[[], object]) -> None:
+    """Call `release` (and await what it returns, if anything); a failure is logged as one line
+    naming `name` (the exception's type, and its text masked of anything that could be a
+    secret), not raised, so that what is released after it still is."""
+    try:
+        result = release()
+        if inspect.isawaitable(result):
+            await result
+    except Exception as exc:
+        log.warning(
+            "could not release a resource",
+            extra={
+                "fields": {"resource": name, "error": type(exc).__name__, "detail": redacted(exc)}
+            },
+        )
+
+
+def _on_exit(stack: contextlib.AsyncExitStack, name: str, release: Callable[[], object]) -> None:
+    """Register `release` on `stack`, to be called through `released`."""
+    stack.push_async_callback(released, name, release)
 
 
 async def _listen_http(settings: ServeSettings, metrics: Metrics) -> Any:
@@ -284,17 +314,3 @@ async def _bind(server: Any, path: str) -> tuple[int, int] | None:
             "choose another --socket"
         ) from None
     return socket_identity(path)
-
-
-async def _shutdown(
-    server: Any,
-    runner: Any,
-    backends: Backends,
-    settings: ServeSettings,
-    ours: tuple[int, int] | None,
-) -> None:
-    await server.stop(settings.grace_period)
-    release_socket(settings.socket, ours)
-    await runner.cleanup()
-    await backends.close()
-    log.info("stopped")

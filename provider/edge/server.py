@@ -1,9 +1,10 @@
-"""The thin gRPC edge: the only module that touches grpc and the generated stubs.
+"""The thin gRPC edge: the only module that touches grpc and the generated stubs (with
+status.py, the table of status codes).
 
 request -> prepared.Requests (attributes.parse_request, kept by the raw fields) ->
-Mounter.mount -> MountResult -> response. Every BridgeError becomes its status code with its
-(secret-free) message; anything else becomes INTERNAL with a fixed text, and the traceback
-goes to the log only.
+Mounter.mount -> MountResult -> response. Every BridgeError becomes its status code (its
+`Status`, mapped by provider/edge/status.py) with its (secret-free) message; anything else
+becomes INTERNAL with a fixed text, and the traceback goes to the log only.
 """
 
 from __future__ import annotations
@@ -21,13 +22,14 @@ import grpc
 from backends import registry
 from protos import provider_pb2, provider_pb2_grpc
 from provider import __version__
-from provider.core.errors import INTERNAL_TEXT, BridgeError, DeadlineExceeded
+from provider.core.errors import INTERNAL_TEXT, BridgeError, DeadlineExceeded, Status
 from provider.core.metrics import Metrics
 from provider.edge.attributes import POD_NAMESPACE
 from provider.edge.audit import UNWRITABLE_TEXT, AuditTrail
 from provider.edge.logs import TENANT
 from provider.edge.prepared import Requests
 from provider.edge.repeats import Repeats
+from provider.edge.status import grpc_code
 from provider.edge.watchdog import Watchdog
 from provider.mount.mounting import DEFAULT_DEADLINE, Mounter, MountInput, MountResult
 from provider.mount.planning import MULTI
@@ -135,7 +137,7 @@ class ProviderServicer(provider_pb2_grpc.CSIDriverProviderServicer):  # type: ig
                     line["repeats"] = repeats
                 log.warning("mount failed", extra={"fields": line})
         except Exception as exc:
-            code, message = grpc.StatusCode.INTERNAL, INTERNAL_TEXT
+            code, message = Status.INTERNAL, INTERNAL_TEXT
             volume = _volume(request.target_path, fields)
             repeats = self._failed(volume, fields, code.name, type(exc).__name__)
             if repeats is not None:
@@ -143,14 +145,14 @@ class ProviderServicer(provider_pb2_grpc.CSIDriverProviderServicer):  # type: ig
                 log.exception("mount failed unexpectedly", extra={"fields": line})
         else:
             if audit is not None and not audit.answered(mount_input, result):
-                code, message, audit = grpc.StatusCode.UNAVAILABLE, UNWRITABLE_TEXT, None
+                code, message, audit = Status.UNAVAILABLE, UNWRITABLE_TEXT, None
             else:
                 volume = _volume(mount_input.target_path, fields)
                 return self._answer(result, volume, fields, start)
         if audit is not None:
             audit.refused(mount_input, code.name, message)
         try:
-            await context.abort(code, message)
+            await context.abort(grpc_code(code), message)
         except grpc.aio.AbortError:  # how abort ends when the status was sent
             self._record(
                 backend if backend in _KNOWN else "unknown", code.name, time.perf_counter() - start

@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import contextlib
 import errno
+import logging
 import os
 import socket
 import stat
@@ -25,6 +26,8 @@ from dataclasses import dataclass
 
 from provider.core.settings import DEFAULT_SOCKET
 from provider.edge.server import call_version
+
+log = logging.getLogger("secrets_bridge.startup")
 
 #: The driver's provider directory (its `--provider-volume`), which the chart mounts from the
 #: node: the one directory `serve` creates when it is missing.
@@ -54,13 +57,35 @@ class Claim:
 
     path: str
     created_directory: str | None = None
+    #: serve started: what the claim made stays (the socket is given back by `release_socket`).
+    kept: bool = False
+
+    def keep(self) -> None:
+        self.kept = True
+
+    def release(self) -> None:
+        """At the end of serve: abandon the claim, unless serve started (`keep`)."""
+        if not self.kept:
+            self.abandon()
 
     def abandon(self) -> None:
         with contextlib.suppress(FileNotFoundError):
             os.unlink(private_name(self.path))
         if self.created_directory is not None:
-            with contextlib.suppress(OSError):
+            try:
                 os.rmdir(self.created_directory)
+            except OSError as exc:
+                # Expected: it is gone, or no longer empty (someone else uses it now).
+                if exc.errno not in (errno.ENOENT, errno.ENOTEMPTY, errno.EEXIST):
+                    log.warning(
+                        "could not remove the directory created for the socket",
+                        extra={
+                            "fields": {
+                                "directory": self.created_directory,
+                                "error": exc.strerror or type(exc).__name__,
+                            }
+                        },
+                    )
 
 
 def absolute(path: str) -> str:

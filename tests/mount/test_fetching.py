@@ -67,20 +67,20 @@ async def test_errors_are_not_cached(tmp_path: Path) -> None:
 
 
 async def test_mixed_failures_report_the_actionable_code(tmp_path: Path) -> None:
-    import grpc
+    from provider.core.errors import Status
 
     h = Harness(tmp_path)
     h.write({"secrets": {"ok": "v"}, "failures": {"down": "unavailable", "gone": "notfound"}})
     objects = [{"objectName": n, "secretPath": n} for n in ("ok", "down", "gone")]
     with pytest.raises(MountFailed) as info:
         await h.mounter.mount(h.request(objects))
-    assert info.value.code == grpc.StatusCode.NOT_FOUND
+    assert info.value.code == Status.NOT_FOUND
     assert "'down'" in str(info.value) and "'gone'" in str(info.value)
     assert "fake, default/app" in str(info.value)
 
 
 async def test_serve_stale_covers_a_store_outage_only(tmp_path: Path) -> None:
-    import grpc
+    from provider.core.errors import Status
 
     h = Harness(tmp_path, serve_stale_max_age=60)
     h.write({"secrets": {"s": "good"}})
@@ -92,12 +92,12 @@ async def test_serve_stale_covers_a_store_outage_only(tmp_path: Path) -> None:
     # Another identity has no last good value of its own: the outage is reported.
     with pytest.raises(MountFailed) as info:
         await h.mounter.mount(h.request(OBJECTS[:1], pod=make_pod(service_account="b")))
-    assert info.value.code == grpc.StatusCode.UNAVAILABLE
+    assert info.value.code == Status.UNAVAILABLE
     # A denial is never masked by an old value.
     h.write({"secrets": {"s": "good"}, "failures": {"s": "denied"}})
     with pytest.raises(MountFailed) as info:
         await h.mounter.mount(h.request(OBJECTS[:1]))
-    assert info.value.code == grpc.StatusCode.PERMISSION_DENIED
+    assert info.value.code == Status.PERMISSION_DENIED
 
 
 async def test_serve_stale_is_off_by_default(tmp_path: Path) -> None:
