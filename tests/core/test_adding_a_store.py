@@ -522,12 +522,6 @@ def test_lint_imports_passes_on_the_whole_copy(copy: Path) -> None:
     assert result.returncode == 0, result.stdout + result.stderr
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="pyproject.toml's independence contract lists the stores by name; with "
-    'modules = ["backends.*"] and the shared modules as ignore_imports it covers a new '
-    "store too (then drop this mark)",
-)
 def test_the_independence_contract_covers_it(copy: Path) -> None:
     dialect = copy / "backends" / NAME / "dialect.py"
     source = dialect.read_text()
