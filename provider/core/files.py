@@ -18,7 +18,7 @@ from dataclasses import dataclass, field
 MAX_PATH_BYTES = 4096
 MAX_ELEMENT_BYTES = 255
 #: The driver's gRPC receive limit for a MountResponse unless its `--max-call-recv-msg-size`
-#: says otherwise (grpc-go's default, 4 MiB); `--max-response-bytes` must not exceed it.
+#: says otherwise (gRPC-Go's default, 4 MiB); `--max-response-bytes` must not exceed it.
 DRIVER_RECV_BYTES = 4 * 1024 * 1024
 
 

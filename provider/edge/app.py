@@ -189,9 +189,9 @@ async def serve(
         _on_exit(stack, "the gRPC server", functools.partial(server.stop, settings.grace_period))
         claim.keep()
         # Everything imported and built so far lives as long as the process: move it out of
-        # the collector's reach, so a full collection walks only what mounts allocate
-        # (measured: a full collection of the start-up heap stalls the loop ~50 ms, the p99.9
-        # of cached mounts).
+        # the collector's reach, so a full collection walks only what mounts allocate (a full
+        # collection of the start-up heap stalls the loop: BENCHMARKS.md, "The start-up heap
+        # frozen").
         gc.collect()
         gc.freeze()
         log.info(

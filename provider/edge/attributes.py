@@ -16,10 +16,10 @@ nothing below depends on the target path being a kubelet path (tests/edge/test_a
 Nesting: the driver's JSON is at most two levels deep (tokens: audience -> entry), but a tenant
 may send any depth in the tokens value (a pod attribute) and the request's other fields. The C
 JSON decoder gives up at the interpreter's recursion limit (1,000 frames by default, taken from
-the same stack as ours) with a RecursionError, after a few microseconds even for 4 MiB of `[`;
-we catch exactly that around `json.loads` and refuse the field. A depth scan before parsing
-would state a round number but costs 50-1000 ms of event loop for a hostile 4 MiB request,
-against 0.1-0.3 ms for the decoder's own refusal (issue 32).
+the same stack as ours) with a RecursionError, quickly even for 4 MiB of `[`; we catch exactly
+that around `json.loads` and refuse the field. A depth scan before parsing would state a round
+number but costs far more event loop for a hostile request than the decoder's own refusal
+(measured: BENCHMARKS.md, "Deeply nested JSON: the decoder's own refusal"; issue 32).
 """
 
 from __future__ import annotations

@@ -354,8 +354,9 @@ def configure(level: str = "info", fmt: str = "json", stream: TextIO | None = No
     root.handlers[:] = [handler]
     root.setLevel(level.upper())
     # Every Mount writes a line. Records skip what neither formatter prints — the caller's file
-    # and line (a stack walk), thread and process names — which was ~40 % of a line's cost
-    # (25 -> 14 µs); the logging HOWTO's "Optimization" section names these switches.
+    # and line (a stack walk), thread and process names (measured: BENCHMARKS.md, "Log records
+    # without caller, thread and process"); the logging HOWTO's "Optimization" section names
+    # these switches.
     logging.logThreads = logging.logProcesses = logging.logMultiprocessing = False
     logging._srcfile = None
     # Store SDKs log request details (headers, URLs) at DEBUG/INFO; keep them quiet. Each

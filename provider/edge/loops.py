@@ -1,8 +1,7 @@
 """Which event loop `serve` runs on: uvloop when installed (the default), else asyncio's own.
 
-Measured with `bench` (cached 5-object mounts, closed loop, four interleaved pairs; BENCHMARKS.md
-"Issue 16, fourth session"): the provider's CPU per call fell from 1.41-1.45x the echo floor's
-to 1.24-1.30x on uvloop, p50 likewise. grpc's asyncio stack runs on any asyncio loop (it polls
+It costs the provider less CPU per cached mount (measured: BENCHMARKS.md, "uvloop as the
+serving loop"). grpc's asyncio stack runs on any asyncio loop (it polls
 its completion queue on its own thread and wakes the loop through a socket), as do aiohttp and
 the store SDKs. `--event-loop asyncio` is the escape hatch should a library misbehave on uvloop.
 """

@@ -3,7 +3,8 @@
 The driver re-sends each volume's request unchanged at every rotation poll, and the kubelet's
 retries send it again. Parsing it — the attributes and tokens JSON, then the class's plan
 lookup, which keys the parameters as a set — was over a third of what a cached mount cost the
-provider beyond the bench's echo floor (40 of ~100 µs in the serving process). It is a pure
+provider beyond the bench's echo floor (measured: BENCHMARKS.md, "Parsed requests kept by their
+raw fields"). It is a pure
 function of the four fields, so its result is kept by them, exactly: a token or a parameter
 that differs by one byte is another entry, and nothing is shared between two requests that
 are not byte for byte the same. A request that does not parse is not kept (its error is

@@ -2,8 +2,8 @@
 
 A mount ends itself at its own deadline (its store calls, waits and retries are bounded); the
 server's backstop only catches what is not. `asyncio.timeout()` around each mount scheduled a
-loop timer per call and cancelled it after: measured with `bench` (cached mounts, closed loop),
-about 40 µs of the provider's ~480 µs of CPU per call. Here a mount registers its task and
+loop timer per call and cancelled it after (measured: BENCHMARKS.md, "The backstop deadline:
+one timer"). Here a mount registers its task and
 deadline in a dict, and one timer, set for the earliest deadline, cancels the tasks whose
 deadline has passed.
 """

@@ -83,8 +83,8 @@ def usage_of(pid: int | None, metrics_url: str | None) -> UsageFn:
 def sample_of(pid: int | None, metrics_url: str | None) -> UsageFn:
     """`usage_of`, with the provider's mounts in flight from its /metrics when it is local
     (remote, `usage_of` reads them with the rest). Only the sampler asks for them, once per
-    `--sample-every`: a scrape costs the provider a few milliseconds of CPU, noise against a
-    phase's (30 s of load burn ~25 s), and the phases' edges are read without one."""
+    `--sample-every`: a scrape's CPU is noise against a phase's (measured: BENCHMARKS.md, "The
+    bench's /metrics scrape"), and the phases' edges are read without one."""
     usage = usage_of(pid, metrics_url)
     if pid is None or not metrics_url:
         return usage
