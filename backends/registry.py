@@ -20,6 +20,7 @@ from typing import Any
 
 import backends
 from provider.core.backend import AnyBackend, AnyDialect, BackendEnv
+from provider.core.selection import Selecting
 
 #: The modules a subpackage of `backends` must have to be a store.
 STORE_MODULES = frozenset({"dialect", "store"})
@@ -57,6 +58,15 @@ def dialect_module(name: str) -> AnyDialect:
     """The store's dialect module, as the Dialect protocol (each store.py has mypy check it)."""
     module: AnyDialect = importlib.import_module(f"{_package(name)}.dialect")
     return module
+
+
+def selecting(name: str) -> Selecting[Any, Any] | None:
+    """The store's dialect as `Selecting` when it offers selectors (`select`), else None."""
+    module = importlib.import_module(f"{_package(name)}.dialect")
+    if not hasattr(module, "selection"):
+        return None
+    dialect: Selecting[Any, Any] = module
+    return dialect
 
 
 def options_class(name: str) -> type[Any]:

@@ -8,6 +8,9 @@ parameters:
       secretPath: db-creds     # key in the fake store (default: objectName)
       filePermission: 0400
       extract: password        # any extension key (docs/architecture.md)
+  select: |                    # optional: every secret whose path starts with `prefix`
+    - prefix: app/
+      directory: app           # files app/<path after the prefix>
 """
 
 from __future__ import annotations
@@ -34,6 +37,7 @@ from provider.core.parsing import (
 )
 
 KEYS = frozenset({"objects", "audience"})
+SELECT_KEYS = frozenset({"prefix"})
 OBJECT_KEYS = frozenset({"objectName", "secretPath", "filePermission"}) | TRANSFORM_KEYS
 
 
@@ -54,13 +58,29 @@ class FakeRef:
         return self.path
 
 
-def parse(params: Mapping[str, str], ctx: ParseContext[Options]) -> StorePlan[FakeStore, FakeRef]:
+@hashed_once
+@dataclass(frozen=True)
+class FakeSelection:
+    """Every secret whose path starts with `prefix` (a `select` entry), at most `limit`."""
+
+    prefix: str
+    limit: int
+
+    def describe(self) -> str:
+        return f"{self.prefix}*"
+
+
+#: What a fake object or selector reads.
+Ref = FakeRef | FakeSelection
+
+
+def parse(params: Mapping[str, str], ctx: ParseContext[Options]) -> StorePlan[FakeStore, Ref]:
     problems = Problems(strict=ctx.strict)
     raw = params.get("objects", "")
-    if not raw.strip():
+    if not raw.strip() and not params.get("select", "").strip():
         problems.fail("objects is required: a YAML list of {objectName, secretPath}")
-    entries = expect_list(load_yaml(raw, "objects"), "objects", problems)
-    specs: list[ObjectSpec[FakeRef]] = []
+    entries = expect_list(load_yaml(raw, "objects"), "objects", problems) if raw.strip() else []
+    specs: list[ObjectSpec[Ref]] = []
     for i, entry in enumerate(entries):
         where = f"objects[{i}]"
         obj = expect_map(entry, where, problems)
@@ -78,12 +98,20 @@ def parse(params: Mapping[str, str], ctx: ParseContext[Options]) -> StorePlan[Fa
     return StorePlan("fake", store, tuple(specs), tuple(problems.warnings))
 
 
+def selection(
+    entry: Mapping[str, Any], store: FakeStore, limit: int, where: str, problems: Problems
+) -> FakeSelection | None:
+    """A `select` entry: `prefix` (required; "" is refused: a selector names what it takes)."""
+    prefix = expect_str(entry.get("prefix"), f"{where}.prefix", problems, required=True)
+    return FakeSelection(prefix, limit) if prefix else None
+
+
 def audiences(store: FakeStore) -> tuple[str, ...]:
     """The audience of the pod token a mount of this class needs (`check --json`)."""
     return (store.audience,) if store.audience else ()
 
 
-def lifetime(ref: FakeRef) -> tuple[str, str] | None:
+def lifetime(ref: Ref) -> tuple[str, str] | None:
     """Unknown to `check`: the fake store's leases come from its file, which `check` does not
     read (docs/fake-store.md)."""
     return None

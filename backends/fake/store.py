@@ -12,6 +12,10 @@ demo can rotate a secret by rewriting the file. The file:
     leases:                      # optional: paths issued as leases, a new credential per read
       db-creds: {ttl: 9, max_ttl: 30, renewable: true, revoke: true}
 
+A selector (`select: [{prefix: app/}]`) lists the paths under its prefix (counted in `reads`
+as `list:<prefix>`), each marked by its content's digest, and reads again only the ones that
+changed since the identity's last poll (provider/core/selection.py).
+
 A leased path answers `{"lease_id": "fake/<path>/<n>", "data": <value>}` with a Lifetime of
 `ttl` seconds, renewable (`renew`) up to `max_ttl` after its issue; `release` revokes it unless
 `revoke: false` (a policy without revoke). A path's failure applies to its renewals too.
@@ -20,18 +24,19 @@ A leased path answers `{"lease_id": "fake/<path>/<n>", "data": <value>}` with a 
 from __future__ import annotations
 
 import asyncio
+import hashlib
 import itertools
 import json
 import os
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Hashable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
 import yaml
 
 from backends.fake import dialect
-from backends.fake.dialect import FakeRef, FakeStore
+from backends.fake.dialect import FakeSelection, FakeStore, Ref
 from backends.fake.options import Options
 from provider.core.backend import Backend, BackendEnv, Dialect
 from provider.core.errors import (
@@ -52,8 +57,9 @@ from provider.core.model import (
     StorePlan,
     identity_key,
 )
+from provider.core.selection import Listed, Selecting, Selections, too_many
 
-Plan = StorePlan[FakeStore, FakeRef]
+Plan = StorePlan[FakeStore, Ref]
 
 
 @dataclass(frozen=True)
@@ -85,6 +91,8 @@ class FakeBackend:
         self.renewals: dict[str, int] = {}
         self.revoked: list[str] = []
         self._serial = itertools.count(1)
+        #: What each identity's selections held at its last poll.
+        self.selections = Selections()
 
     async def identify(self, plan: Plan, pod: Pod) -> Identity:
         store = plan.store
@@ -95,8 +103,8 @@ class FakeBackend:
         return Identity(key=key, subject=pod.subject, credential=credential)
 
     async def fetch(
-        self, plan: Plan, identity: Identity, refs: Sequence[FakeRef], ctx: FetchContext
-    ) -> Mapping[FakeRef, Fetched]:
+        self, plan: Plan, identity: Identity, refs: Sequence[Ref], ctx: FetchContext
+    ) -> Mapping[Ref, Fetched]:
         started = time.perf_counter()
         self.inflight += 1
         self.peak_inflight = max(self.peak_inflight, self.inflight)
@@ -106,9 +114,12 @@ class FakeBackend:
         finally:
             self.inflight -= 1
         data = self._load()
-        results: dict[FakeRef, Fetched] = {}
+        results: dict[Ref, Fetched] = {}
         for ref in refs:
-            results[ref] = self._read(data, ref.path, identity)
+            if isinstance(ref, FakeSelection):
+                results[ref] = await self._select(data, ref, identity)
+            else:
+                results[ref] = self._read(data, ref.path, identity)
         # Each read's duration, as every store records its calls (the reads of one fetch run
         # together, so each took the fetch's time).
         elapsed = time.perf_counter() - started
@@ -116,6 +127,28 @@ class FakeBackend:
         for _ref in refs:
             duration.observe(elapsed)
         return results
+
+    async def _select(
+        self, data: Mapping[str, Any], ref: FakeSelection, identity: Identity
+    ) -> Fetched:
+        self.reads[f"list:{ref.prefix}"] = self.reads.get(f"list:{ref.prefix}", 0) + 1
+        paths = sorted(p for p in (data.get("secrets") or {}) if p.startswith(ref.prefix))
+        if len(paths) > ref.limit:
+            return too_many(f"the selector {ref.prefix!r}*", len(paths), ref.limit)
+        listed = [
+            Listed(p[len(ref.prefix) :], _marker(data["secrets"][p]), p)
+            for p in paths
+            if p[len(ref.prefix) :]
+        ]
+
+        async def read(secrets: Sequence[Listed]) -> dict[Hashable, SecretValue | BridgeError]:
+            out: dict[Hashable, SecretValue | BridgeError] = {}
+            for secret in secrets:
+                got = self._read(data, str(secret.handle), identity)
+                out[secret.handle] = got if isinstance(got, BridgeError) else got[0]
+            return out
+
+        return await self.selections.refresh(identity.key, ref, listed, read)
 
     def _read(self, data: Mapping[str, Any], path: str, identity: Identity) -> Fetched:
         self.reads[path] = self.reads.get(path, 0) + 1
@@ -214,10 +247,18 @@ def _config_error(path: str, exc: Exception) -> BridgeError:
     return StoreUnavailable(f"fake store file {path} cannot be read: {type(exc).__name__}")
 
 
-def create(env: BackendEnv[Options]) -> Backend[FakeStore, FakeRef]:
+def _marker(value: Any) -> str:
+    """A fake secret's change marker: the digest of what it holds (the real stores use their
+    metadata's version or last-changed time)."""
+    return hashlib.sha256(repr(value).encode()).hexdigest()[:16]
+
+
+def create(env: BackendEnv[Options]) -> Backend[FakeStore, Ref]:
     """The store's backend, typed as the protocol so that mypy checks it against it."""
     return FakeBackend(env)
 
 
 #: The dialect module, checked by mypy against the Dialect protocol (provider/core/backend.py).
-DIALECT: Dialect[FakeStore, FakeRef, Options] = dialect
+DIALECT: Dialect[FakeStore, Ref, Options] = dialect
+#: ... and against the Selecting protocol (provider/core/selection.py).
+SELECTING: Selecting[FakeStore, Ref] = dialect

@@ -109,6 +109,9 @@ def _report(
     }
     if plan is not None and plan.named:
         report["stores"] = [_store(named) for named in plan.stores]
+    if plan is not None and plan.refresh is not None:
+        # As the class asks it: `check` has no provider flags, so no bounds are applied.
+        report["refresh_interval_s"] = plan.refresh
     return report
 
 
@@ -178,6 +181,8 @@ def _files(plan: MountPlan) -> list[dict[str, Any]]:
             }
             if named.name:
                 entry["store"] = named.name
+            if spec.transforms.optional:  # a not-found leaves it out
+                entry["optional"] = True
             files.append(entry)
     for tmpl in plan.templates:
         files.append(

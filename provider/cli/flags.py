@@ -229,6 +229,24 @@ def _durations(g: Any) -> None:
     )
     flag(
         g,
+        "--min-refresh-interval",
+        30.0,
+        "least seconds a class's refreshInterval may ask its values be reused for (a "
+        "shorter one is raised to this, with a warning)",
+        metavar="SECONDS",
+        type=seconds(),
+    )
+    flag(
+        g,
+        "--max-refresh-interval",
+        3600.0,
+        "most seconds a class's refreshInterval may ask its values be reused for (a longer "
+        "one is lowered to this, with a warning)",
+        metavar="SECONDS",
+        type=seconds(),
+    )
+    flag(
+        g,
         "--serve-stale-max-age",
         0.0,
         "seconds the last good value may be served while its store is unavailable (0 = off)",
@@ -334,11 +352,19 @@ def settings_from_args(args: argparse.Namespace) -> ServeSettings:
             "--audit-log needs --hmac-key-file: the trail's lines are sealed with the "
             "installation key, so that `secrets-bridge audit verify` can check them"
         )
+    if args.min_refresh_interval > args.max_refresh_interval:
+        raise InvalidParameters(
+            f"--min-refresh-interval ({args.min_refresh_interval:g}) is over "
+            f"--max-refresh-interval ({args.max_refresh_interval:g}); lower the first or "
+            "raise the second"
+        )
     namespaces = frozenset(
         n.strip() for n in args.allow_node_identity_namespaces.split(",") if n.strip()
     )
     core = CoreSettings(
         cache_ttl=args.cache_ttl,
+        min_refresh_interval=args.min_refresh_interval,
+        max_refresh_interval=args.max_refresh_interval,
         serve_stale_max_age=args.serve_stale_max_age,
         serve_stale_wait=args.serve_stale_wait,
         store_call_timeout=args.store_call_timeout,

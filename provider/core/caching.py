@@ -17,6 +17,7 @@ keeps at least 1/N of the bounds, and one alone may use all of them.
 from __future__ import annotations
 
 import asyncio
+import math
 import time
 from collections import OrderedDict
 from collections.abc import Awaitable, Callable, Hashable, Iterable
@@ -32,6 +33,8 @@ class _Entry(Generic[T]):
     expires: float
     size: int
     tenant: str
+    #: When it was put: a caller may accept only entries younger than its own `max_age`.
+    stored: float = 0.0
 
 
 class ExpiringCache(Generic[T]):
@@ -64,26 +67,32 @@ class ExpiringCache(Generic[T]):
     def __len__(self) -> int:
         return len(self._entries)
 
-    def get(self, key: Hashable) -> T | None:
+    def get(self, key: Hashable, max_age: float | None = None) -> T | None:
+        """The value, unless expired, or (with `max_age`) put longer ago than that."""
         entry = self._entries.get(key)
         if entry is None:
             return None
-        if entry.expires <= self._clock():
+        now = self._clock()
+        if entry.expires <= now:
             self._drop(key)
+            return None
+        if max_age is not None and now - entry.stored > max_age:
             return None
         self._lru[entry.tenant].move_to_end(key)
         return entry.value
 
-    def get_all(self, keys: Iterable[Hashable]) -> list[T] | None:
+    def get_all(self, keys: Iterable[Hashable], max_age: float = math.inf) -> list[T] | None:
         """Every key's value, in order, each touched as `get` touches it — or None as soon as
-        one is missing or expired (`get` drops it on the caller's next, per-key pass). One
-        clock read for all: this is the path of every cached mount."""
+        one is missing, expired or older than `max_age` (`get` drops an expired one on the
+        caller's next, per-key pass). One clock read for all: this is the path of every
+        cached mount."""
         now = self._clock()
+        oldest = now - max_age
         entries, lru = self._entries, self._lru
         values: list[T] = []
         for key in keys:
             entry = entries.get(key)
-            if entry is None or entry.expires <= now:
+            if entry is None or entry.expires <= now or entry.stored < oldest:
                 return None
             lru[entry.tenant].move_to_end(key)
             values.append(entry.value)
@@ -93,15 +102,23 @@ class ExpiringCache(Generic[T]):
         """(entries, bytes) held for `tenant`."""
         return len(self._lru.get(tenant, ())), self._tenant_bytes.get(tenant, 0)
 
-    def put(self, key: Hashable, value: T, ttl: float) -> None:
+    def put(self, key: Hashable, value: T, ttl: float, *, keep_longer: bool = False) -> None:
+        """Keep `value` for `ttl` seconds; with `keep_longer`, at least as long as the entry
+        it replaces would have lived (a fresher value for callers that ask a longer reuse of
+        it than the one putting it: each reads it within its own `max_age`)."""
         if ttl <= 0:
             return
+        now = self._clock()
+        expires = now + ttl
+        old = self._entries.get(key)
+        if keep_longer and old is not None:
+            expires = max(expires, old.expires)
         self._drop(key)
         size = self._size_of(value)
         if self._max_bytes is not None and size > self._max_bytes:
             return
         tenant = self._tenant_of(key)
-        self._entries[key] = _Entry(value, self._clock() + ttl, size, tenant)
+        self._entries[key] = _Entry(value, expires, size, tenant, now)
         self._lru.setdefault(tenant, OrderedDict())[key] = None
         self._tenant_bytes[tenant] = self._tenant_bytes.get(tenant, 0) + size
         self._bytes += size

@@ -74,6 +74,12 @@ class Metrics:
             ["cache", "event"],
             registry=r,
         )
+        self.class_refresh_reuses = Counter(
+            "secrets_bridge_class_refresh_reuses",
+            "Values answered from the value cache under a class's own refreshInterval (also "
+            "counted as cache hits)",
+            registry=r,
+        )
         self.retries = Counter(
             "secrets_bridge_retries",
             "Retried store calls by backend and reason",

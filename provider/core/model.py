@@ -33,7 +33,16 @@ Decode = Literal["base64", "hex"]
 #: with a lifetime (provider/mount/lifetimes.py) is `issued` for the pod, `reused` at its later
 #: polls, or `renewed` when its lease was extended.
 Source = Literal[
-    "store", "cache", "coalesced", "revalidated", "stale", "issued", "reused", "renewed"
+    "store",
+    "cache",
+    "coalesced",
+    "revalidated",
+    "stale",
+    "issued",
+    "reused",
+    "renewed",
+    # An `optional` object the store does not have: its file is left out.
+    "absent",
 ]
 
 
@@ -101,6 +110,10 @@ class Transforms:
     explode: bool = False
     decode: Decode | None = None
     file: bool = True
+    #: `optional: true`: a not-found leaves the object's files out instead of failing the
+    #: mount (a denial, an outage or a bad parameter still fails it). Parsed with the
+    #: transforms, as our key of every dialect's objects.
+    optional: bool = False
 
     @property
     def identity(self) -> bool:

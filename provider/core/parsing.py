@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import datetime
 import difflib
+import math
 import re
 from collections.abc import Mapping
 from typing import Any, NoReturn
@@ -90,6 +91,29 @@ def fraction(text: str) -> float | None:
     except (ValueError, ZeroDivisionError):
         return None
     return value if 0 < value < 1 else None  # NaN fails both comparisons
+
+
+_DURATION = re.compile(r"(\d+(?:\.\d*)?|\.\d+)(ms|h|m|s)")
+_UNIT_SECONDS = {"h": 3600.0, "m": 60.0, "s": 1.0, "ms": 0.001}
+
+
+def duration(text: str) -> float | None:
+    """Seconds of a duration written as Kubernetes and Go write them (`90s`, `10m`, `1h30m`,
+    `0.5h`), or a plain number of seconds; None when `text` is not one (a class's
+    `refreshInterval`)."""
+    text = text.strip()
+    try:
+        seconds = float(text)
+    except ValueError:
+        pos, seconds = 0, 0.0
+        for match in _DURATION.finditer(text):
+            if match.start() != pos:
+                return None
+            seconds += float(match.group(1)) * _UNIT_SECONDS[match.group(2)]
+            pos = match.end()
+        if pos == 0 or pos != len(text):
+            return None
+    return seconds if math.isfinite(seconds) and seconds >= 0 else None
 
 
 def go_bool(value: str, field: str, problems: Problems, default: bool = False) -> bool:
@@ -242,13 +266,14 @@ def fold_keys(
 
 
 #: Our extension keys, accepted on the objects of every dialect (docs/architecture.md).
-TRANSFORM_KEYS = frozenset({"extract", "explode", "decode", "file"})
+TRANSFORM_KEYS = frozenset({"extract", "explode", "decode", "file", "optional"})
 
 
 def parse_transforms(
     obj: Mapping[str, Any], where: str, problems: Problems, base: Transforms = Transforms()
 ) -> Transforms:
-    """Our `extract`/`explode`/`decode`/`file` keys of one object, over the dialect's own."""
+    """Our `extract`/`explode`/`decode`/`file`/`optional` keys of one object, over the
+    dialect's own."""
     extract = expect_str(obj.get("extract"), f"{where}.extract", problems) or base.extract
     if extract:
         check_jmespath(extract, f"{where}.extract", problems)
@@ -258,6 +283,7 @@ def parse_transforms(
         problems.add(f"{where}.decode: expected base64 or hex, got {decode!r}")
         decode = None
     file = parse_bool(obj.get("file"), f"{where}.file", problems, base.file)
+    optional = parse_bool(obj.get("optional"), f"{where}.optional", problems, base.optional)
     return Transforms(
         extract=extract or None,
         extract_key=base.extract_key,
@@ -265,6 +291,7 @@ def parse_transforms(
         explode=explode,
         decode=decode,
         file=file,
+        optional=optional,
     )
 
 

@@ -29,6 +29,10 @@ class CoreSettings:
 
     #: Seconds a fetched secret value is reused for the same identity and object (0 = off).
     cache_ttl: float = 0.0
+    #: The bounds of a class's `refreshInterval` (its own reuse window instead of cache_ttl):
+    #: a floor, so no class makes every poll read its store, and a ceiling.
+    min_refresh_interval: float = 30.0
+    max_refresh_interval: float = 3600.0
     #: Seconds the last good value may be served while its store is unavailable (0 = off).
     serve_stale_max_age: float = 0.0
     #: Seconds a stale copy may wait for its store before it is served (serve-stale on).

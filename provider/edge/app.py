@@ -37,6 +37,7 @@ from provider.edge.startup import (
 )
 from provider.mount.fetching import Fetcher
 from provider.mount.mounting import Mounter
+from provider.mount.planning import RefreshBounds
 
 log = logging.getLogger("secrets_bridge")
 
@@ -130,6 +131,7 @@ def build_mounter(
         max_objects=core.max_objects,
         max_response_bytes=core.max_response_bytes,
         strict_parameters=core.strict_parameters,
+        refresh_bounds=RefreshBounds(core.min_refresh_interval, core.max_refresh_interval),
     )
     return mounter, backends
 

@@ -269,6 +269,8 @@ class AuditTrail:
         fields = self._about(request)
         fields["backend"] = result.backend
         fields.update(_objects(result.served))
+        if result.refresh is not None:  # the class's own reuse policy (refreshInterval)
+            fields["refresh_s"] = result.refresh
         fields["code"] = "OK"
         counts = self._counts
         pod = request.pod

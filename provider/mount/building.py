@@ -11,11 +11,17 @@ from __future__ import annotations
 
 import functools
 import operator
-from collections.abc import Hashable, Mapping, Sequence
+from collections.abc import Collection, Hashable, Mapping, Sequence
 from typing import Any, NamedTuple
 
 from provider.core.boundedyaml import yaml_node_budget
-from provider.core.errors import BridgeError, InvalidParameters, LimitExceeded, MountFailed
+from provider.core.errors import (
+    BridgeError,
+    InvalidParameters,
+    LimitExceeded,
+    MountFailed,
+    NotFound,
+)
 from provider.core.files import (
     DRIVER_RECV_BYTES,
     File,
@@ -65,10 +71,13 @@ class Builder:
         values: Mapping[Hashable, Sequence[SecretValue]],
         permission: int,
         scope: str,
+        absent: Collection[str] = (),
     ) -> Built:
         """All files, each step refused before it would build past what is left of
         --max-response-bytes. Every byte built counts, `file: false` inputs of templates too,
-        so no class makes the provider hold more than about the limit for one mount."""
+        so no class makes the provider hold more than about the limit for one mount.
+        `absent`: the optional objects the store did not have (no files; a template that
+        reads one fails)."""
         left = self._max_bytes
         files: list[File] = []
         versions: list[ObjectVersion] = []
@@ -97,6 +106,14 @@ class Builder:
         if failures:
             raise MountFailed(failures, context=plan.backend)
         for tmpl in plan.templates:
+            missing = [name for name in tmpl.objects if name in absent]
+            if missing:
+                noun = "object" if len(missing) == 1 else "objects"
+                raise NotFound(
+                    f"{tmpl.field} ({tmpl.path!r}) reads the optional {noun} "
+                    f"{', '.join(map(repr, missing))}, which the store does not have; create "
+                    "it, or leave it out of the template"
+                )
             content = templates.render(tmpl, contents, left - len(tmpl.path))
             left -= len(content) + len(tmpl.path)
             used = sorted(tmpl.objects or contents)
@@ -121,7 +138,7 @@ class Builder:
         bytes of paths and contents in all."""
         out = []
         for value in values:
-            base = f"{spec.name}/{value.suffix}" if value.suffix else spec.name
+            base = "/".join(p for p in (spec.name, value.suffix) if p)
             # The object's own path counts too; sub-paths of explode are checked at the end.
             pieces = transforms.apply(
                 spec, value, limit - len(base), work=self._max_bytes, parsed=parsed

@@ -121,17 +121,29 @@ class Fetcher:
         """The provider's metrics (the mounter counts fallback reads on them)."""
         return self._metrics
 
-    def cached(self, keys: Sequence[Key]) -> list[Sequence[SecretValue]] | None:
+    def window(self, refresh: float | None) -> float:
+        """Seconds a value may be reused: a class's `refreshInterval`, else --cache-ttl."""
+        return self._ttl if refresh is None else refresh
+
+    def cached(
+        self, keys: Sequence[Key], refresh: float | None = None
+    ) -> list[Sequence[SecretValue]] | None:
         """Each key's values (keys given once each, `StoreRead.key(ref)`) when every one is in
-        the value cache, counted as hits; else None, and nothing counted: the caller then
-        `fetch`es, which counts each ref as what it turns out to be. A cached mount's whole
-        fetch."""
-        if self._ttl <= 0:
+        the value cache and younger than the class's reuse window (`refresh`), counted as
+        hits; else None, and nothing counted: the caller then `fetch`es, which counts each ref
+        as what it turns out to be. A cached mount's whole fetch."""
+        window = self.window(refresh)
+        if window <= 0:
             return None
-        found = self._cache.get_all(keys)
+        found = self._cache.get_all(keys, window)
         if found is not None:
-            self._count("hit", len(found))
+            self._count_hits(len(found), refresh)
         return found
+
+    def _count_hits(self, hits: int, refresh: float | None) -> None:
+        self._count("hit", hits)
+        if refresh is not None:  # reused under the class's own policy
+            self._metrics.class_refresh_reuses.inc(hits)
 
     async def fetch(
         self,
@@ -205,8 +217,9 @@ class Fetcher:
         """Cache hits into `results`; for the rest, the load each joins (or starts)."""
         left: list[Hashable] = []
         hits = 0
+        window = self.window(read.refresh)
         for ref in refs:
-            cached = self._cache.get(read.key(ref)) if self._ttl > 0 else None
+            cached = self._cache.get(read.key(ref), window) if window > 0 else None
             if cached is None:
                 left.append(ref)
                 continue
@@ -215,7 +228,7 @@ class Fetcher:
             if sources is not None:
                 sources[ref] = "cache"
         if hits:  # counted once per mount, not once per object: this is every cached mount
-            self._count("hit", hits)
+            self._count_hits(hits, read.refresh)
         return self._loads.join(read, left, ctx, sources, owner) if left else {}
 
     async def _outcomes(

@@ -46,6 +46,8 @@ class Gathered:
     #: Values by (store index, ref); a fallback's by (its store's index, ref, "fallback").
     values: dict[Hashable, Sequence[Value]]
     failures: list[tuple[str, BridgeError]]
+    #: The `optional` objects the store (and their fallback) did not have: no files.
+    absent: list[ObjectSpec[Any]] = dataclasses.field(default_factory=list)
 
 
 async def identify(
@@ -63,7 +65,7 @@ async def identify(
     if refused:
         raise _refusal(plan, refused)
     return [
-        StoreRead(b, s.plan, o)
+        StoreRead(b, s.plan, o, plan.refresh)
         for s, b, o in zip(stores, backends, outcomes, strict=True)
         if isinstance(o, Identity)
     ]
@@ -72,7 +74,7 @@ async def identify(
 def cached(fetcher: Fetcher, plan: MountPlan, reads: Sequence[StoreRead]) -> Gathered | None:
     """Every value of the class from the value cache, or None: a cached mount's whole fetch,
     without setting up a read."""
-    found = fetcher.cached([reads[i].key(ref) for i, ref in plan.keys])
+    found = fetcher.cached([reads[i].key(ref) for i, ref in plan.keys], plan.refresh)
     if found is None:
         return None
     return Gathered(list(plan.inputs), dict(zip(plan.keys, found, strict=True)), [])
@@ -115,8 +117,13 @@ async def gather(
             result = results[spec.ref]
             if isinstance(result, NotFound) and fallback is not None:
                 _use_fallback(gathered, s, spec, result, stores, fallback, second, fetcher)
+            elif isinstance(result, NotFound) and spec.transforms.optional:
+                _absent(gathered, spec, index, sources)
             elif isinstance(result, BridgeError):
                 gathered.failures.append((spec.name, _in_store(s, spec.name, result)))
+            elif not result and not spec.transforms.optional:
+                error = NotFound(f"{spec.field}: no secret matches it (optional: false)")
+                gathered.failures.append((spec.name, _in_store(s, spec.name, error)))
             else:
                 gathered.values[(index, spec.ref)] = result
                 gathered.inputs.append((spec, (index, spec.ref)))
@@ -239,6 +246,9 @@ def _use_fallback(
     result = second[fallback.store][fallback.spec.ref]
     outcome = type(result).__name__ if isinstance(result, BridgeError) else "ok"
     fetcher.metrics.fallback_reads.labels(store.plan.backend, outcome).inc()
+    if isinstance(result, NotFound) and spec.transforms.optional:
+        gathered.absent.append(spec)
+        return
     if isinstance(result, BridgeError):
         text = f"{not_found}; its fallback in {other.label}: {result}"
         gathered.failures.append((spec.name, _in_store(store, spec.name, _restated(result, text))))
@@ -258,6 +268,17 @@ def _use_fallback(
     key = (fallback.store, fallback.spec.ref, "fallback")
     gathered.values[key] = result
     gathered.inputs.append((fallback.spec, key))
+
+
+def _absent(
+    gathered: Gathered,
+    spec: ObjectSpec[Any],
+    index: int,
+    sources: dict[Hashable, Source] | None,
+) -> None:
+    gathered.absent.append(spec)
+    if sources is not None:
+        sources[(index, spec.ref)] = "absent"
 
 
 def _in_store(store: NamedStore, name: str, error: BridgeError) -> BridgeError:

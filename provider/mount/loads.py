@@ -98,7 +98,8 @@ class Loads:
             else:
                 if sources is not None:
                     sources.pop(ref, None)  # a fresh load after a shared one ran out
-                if self._ttl > 0:  # without --cache-ttl there is no value cache to miss
+                # without --cache-ttl (or a class's refreshInterval) no value cache to miss
+                if self._ttl > 0 or read.refresh:
                     self._count("miss")
                 mine[ref] = asyncio.get_running_loop().create_future()
         if mine:
@@ -200,8 +201,11 @@ class Loads:
                 self._forget(key)
             # A credential with a lifetime is its pod's alone: never cached, never stale.
             if not isinstance(result, BridgeError) and lifetime_of(result) is None:
-                if self._ttl > 0:
-                    self._cache.put(key, result, self._ttl)
+                ttl = max(self._ttl, read.refresh or 0.0)
+                if ttl > 0:
+                    # Each caller reads it within its own window (Fetcher.window); kept as
+                    # long as the longest a class asked of the value it replaces.
+                    self._cache.put(key, result, ttl, keep_longer=True)
                 self._stale.keep(key, result)
             if not future.done():  # else answered with its stale copy when the store refused
                 future.set_result(self._or_stale(read, ref, result))

@@ -22,13 +22,13 @@ from provider.core.errors import InvalidParameters, MountFailed
 from provider.core.files import File, ObjectVersion
 from provider.core.limits import WorkShares
 from provider.core.memo import Memo
-from provider.core.model import FetchContext, Pod, SecretValue, Source
+from provider.core.model import FetchContext, ObjectSpec, Pod, SecretValue, Source
 from provider.core.versions import Versioner
 from provider.mount import gathering
 from provider.mount.auditing import Served, served
 from provider.mount.building import Builder
 from provider.mount.fetching import Fetcher
-from provider.mount.planning import KUBELET_PREFIX, MountPlan, parse_plan
+from provider.mount.planning import KUBELET_PREFIX, MountPlan, RefreshBounds, parse_plan
 from provider.mount.reads import StoreRead
 
 log = logging.getLogger("secrets_bridge.mounting")
@@ -67,6 +67,8 @@ class MountResult:
     object_versions: tuple[tuple[str, tuple[str, ...]], ...] = ()
     #: With `mount(..., audit=True)`: what the audit trail records of each object.
     served: tuple[Served, ...] = ()
+    #: The class's `refreshInterval` (seconds, within the provider's bounds), if it set one.
+    refresh: float | None = None
 
 
 class Mounter:
@@ -81,9 +83,11 @@ class Mounter:
         max_objects: int,
         max_response_bytes: int,
         strict_parameters: bool = False,
+        refresh_bounds: RefreshBounds | None = None,
     ) -> None:
         self._backend_for = backend_for
         self._strict = strict_parameters
+        self._refresh_bounds = refresh_bounds
         self._options_for = options_for
         self._fetcher = fetcher
         self._builder = Builder(versioner, max_response_bytes)
@@ -146,6 +150,7 @@ class Mounter:
                 enable_fake=self._enable_fake,
                 max_objects=self._max_objects,
                 strict=self._strict,
+                refresh_bounds=self._refresh_bounds,
             )
         except InvalidParameters as exc:
             return _Refused(tuple(exc.problems))
@@ -210,6 +215,8 @@ class Mounter:
             # wrong secretKey shows up beside an unreachable path, not after it is fixed.
             failures = got.failures + self._builder.failures(got.inputs, got.values)
             raise MountFailed(failures, context=_where(plan, reads, request.pod))
+        if got.absent:
+            _announce_absent(plan, got.absent, request.pod)
         answer = self._build_memoized(plan, got, request.permission, request.pod.namespace)
         return answer if sources is None else _with_served(answer, plan, sources)
 
@@ -243,8 +250,11 @@ class Mounter:
                 return result
         # One YAML budget for all the secret values of the mount (see provider/core/boundedyaml.py).
         with yaml_node_budget():
-            built = self._builder.build(plan, got.inputs, got.values, permission, scope)
-        result = MountResult(built.files, built.versions, plan.backend, built.object_versions)
+            absent = [spec.name for spec in got.absent]
+            built = self._builder.build(plan, got.inputs, got.values, permission, scope, absent)
+        result = MountResult(
+            built.files, built.versions, plan.backend, built.object_versions, (), plan.refresh
+        )
         size = sum(len(f.contents) for f in result.files)
         self._answers.put(key, (plan, tuple(weakref.ref(v) for v in flat), result), size)
         for value in flat:
@@ -267,6 +277,25 @@ def _verdict(held: MountPlan | _Refused) -> MountPlan:
     if isinstance(held, _Refused):
         raise InvalidParameters(list(held.problems))
     return held
+
+
+def _announce_absent(plan: MountPlan, absent: Sequence[ObjectSpec[Any]], pod: Pod) -> None:
+    """A warning the first time each optional object of a class is found missing (once per
+    plan: every pod of the class polls it every minute)."""
+    new = [spec for spec in absent if spec.name not in plan.absent_announced]
+    if not new:
+        return
+    plan.absent_announced.update(spec.name for spec in new)
+    log.warning(
+        "optional objects not found; their files are left out",
+        extra={
+            "fields": {
+                "class": plan.class_name,
+                "pod": pod.subject,
+                "objects": [f"{spec.name} ({spec.field})" for spec in new],
+            }
+        },
+    )
 
 
 def _where(plan: MountPlan, reads: Sequence[StoreRead], pod: Pod) -> str:

@@ -8,17 +8,29 @@ of several stores, `stores`: provider/mount/stores.py) and the checks every dial
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Callable, Hashable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from functools import cached_property
 from typing import Any
 
 from backends import registry
-from provider.core.boundedyaml import yaml_node_budget
+from provider.core import selection
+from provider.core.boundedyaml import load_yaml, yaml_node_budget
 from provider.core.errors import InvalidParameters
 from provider.core.files import overlap_problems, path_problem
-from provider.core.model import AnyPlan, ObjectSpec, ParseContext, Pod
-from provider.core.parsing import Problems, fraction
+from provider.core.model import AnyPlan, ObjectSpec, ParseContext, Pod, Transforms
+from provider.core.parsing import (
+    TRANSFORM_KEYS,
+    Problems,
+    duration,
+    expect_list,
+    expect_map,
+    expect_str,
+    fraction,
+    parse_transforms,
+    unknown_keys,
+)
 from provider.mount import stores as named_stores
 from provider.mount import templates
 from provider.mount.lifetimes import Owner
@@ -27,9 +39,11 @@ from provider.mount.templates import TemplateSpec
 
 #: Keys the driver and kubelet add to the attributes; never parameters of a dialect.
 KUBELET_PREFIX = "csi.storage.k8s.io/"
-COMMON_KEYS = frozenset({"backend", "templates", "secretProviderClass", "renewAt"})
+#: Our class-level keys, beside each dialect's own.
+CLASS_KEYS = frozenset({"templates", "secretProviderClass", "renewAt", "refreshInterval", "select"})
+COMMON_KEYS = CLASS_KEYS | {"backend"}
 #: The top-level keys of a class of several stores; every other setting is in a store's block.
-STORES_KEYS = frozenset({"stores", "objects", "templates", "secretProviderClass", "renewAt"})
+STORES_KEYS = CLASS_KEYS | {"stores", "objects"}
 #: `MountResult.backend` (and the metrics' label) of a class of several stores.
 MULTI = "multi"
 #: What a mount's files are built from, in order: each object's spec (the file name, mode and
@@ -46,6 +60,13 @@ class MountPlan:
     #: `renewAt`: the fraction of a credential's life after which it is renewed, when the
     #: class asks for less than the provider's --renew-at (provider/mount/lifetimes.py).
     renew_at: float | None = None
+    #: `refreshInterval`: seconds this class's values may be reused per identity before a poll
+    #: reads the store again, within the provider's bounds; None: the provider's --cache-ttl.
+    refresh: float | None = None
+    #: The class's `secretProviderClass` name, for log lines.
+    class_name: str = ""
+    #: The optional objects already logged as missing (once per plan, not once a poll).
+    absent_announced: set[str] = field(default_factory=set, compare=False, hash=False, repr=False)
 
     def owner(self, pod: Pod) -> Owner:
         """Who the credentials with a lifetime this class yields are held for."""
@@ -95,11 +116,13 @@ def parse_plan(
     enable_fake: bool,
     max_objects: int = 100,
     strict: bool = False,
+    refresh_bounds: RefreshBounds | None = None,
 ) -> MountPlan:
     """Parse and validate. `options_for` is None under `check` (no provider flags); `strict`
-    (`--strict-parameters`) refuses unknown object keys instead of warning about them."""
+    (`--strict-parameters`) refuses unknown object keys instead of warning about them;
+    `refresh_bounds` (the provider's flags) bound a class's `refreshInterval`."""
     if "stores" in params:
-        return _parse_stores(params, options_for, enable_fake, max_objects, strict)
+        return _parse_stores(params, options_for, enable_fake, max_objects, strict, refresh_bounds)
     name = _backend_name(params, enable_fake)
     module = registry.dialect_module(name)
     options = options_for(name) if options_for else None
@@ -108,7 +131,9 @@ def parse_plan(
     with yaml_node_budget():
         store: AnyPlan = module.parse(params, ctx)
         plan = MountPlan((NamedStore("", store),), (), store.warnings)
-        return _finish(params, plan, COMMON_KEYS | module.KEYS, f"the {name} backend", max_objects)
+        plan = _with_selectors(params, plan, max_objects, strict)
+        known = COMMON_KEYS | module.KEYS
+        return _finish(params, plan, known, f"the {name} backend", max_objects, refresh_bounds)
 
 
 def _parse_stores(
@@ -117,6 +142,7 @@ def _parse_stores(
     enable_fake: bool,
     max_objects: int,
     strict: bool,
+    refresh_bounds: RefreshBounds | None,
 ) -> MountPlan:
     """A class of several named stores (provider/mount/stores.py)."""
     if "backend" in params:
@@ -137,11 +163,18 @@ def _parse_stores(
         found = named_stores.parse(params, backend_of, ctx_for, problems)
         problems.raise_if_any()
         plan = MountPlan(found, (), tuple(problems.warnings))
-        return _finish(params, plan, STORES_KEYS, "a class of several stores", max_objects)
+        plan = _with_selectors(params, plan, max_objects, strict)
+        user = "a class of several stores"
+        return _finish(params, plan, STORES_KEYS, user, max_objects, refresh_bounds)
 
 
 def _finish(
-    params: Mapping[str, str], plan: MountPlan, known: frozenset[str], user: str, max_objects: int
+    params: Mapping[str, str],
+    plan: MountPlan,
+    known: frozenset[str],
+    user: str,
+    max_objects: int,
+    refresh_bounds: RefreshBounds | None,
 ) -> MountPlan:
     """The checks every dialect shares: object limit, templates, paths, unknown keys."""
     problems = Problems()
@@ -156,11 +189,19 @@ def _finish(
     specs = templates.parse(params.get("templates", ""), names, problems)
     _check_paths(objects, specs, problems)
     renew_at = _renew_at(params.get("renewAt", ""), problems)
+    refresh = _refresh(params.get("refreshInterval", ""), refresh_bounds, problems)
     problems.raise_if_any()
     for key in sorted(params):
         if key not in known and not key.startswith(KUBELET_PREFIX):
             problems.warn(f"parameter {key!r} is not used by {user} (a typo?)")
-    return MountPlan(plan.stores, specs, tuple(problems.warnings), renew_at)
+    return MountPlan(
+        plan.stores,
+        specs,
+        tuple(problems.warnings),
+        renew_at,
+        refresh,
+        params.get("secretProviderClass", ""),
+    )
 
 
 def _renew_at(text: str, problems: Problems) -> float | None:
@@ -174,6 +215,123 @@ def _renew_at(text: str, problems: Problems) -> float | None:
             f"0.5 or 1/2, got {text!r}"
         )
     return value
+
+
+SELECT = "select"
+
+
+def _with_selectors(
+    params: Mapping[str, str], plan: MountPlan, max_objects: int, strict: bool
+) -> MountPlan:
+    """`select`: each entry becomes an object of its store whose values are the secrets it
+    matches (provider/core/selection.py), one file each under its `directory`."""
+    raw = params.get(SELECT, "")
+    if not raw.strip():
+        return plan
+    problems = Problems(strict=strict)
+    entries = expect_list(load_yaml(raw, SELECT), SELECT, problems)
+    by_name = {s.name: i for i, s in enumerate(plan.stores)}
+    added: dict[int, list[ObjectSpec[Any]]] = {}
+    for i, entry in enumerate(entries):
+        where = f"{SELECT}[{i}]"
+        obj = expect_map(entry, where, problems)
+        if obj is None:
+            continue
+        index = _selector_store(obj, plan, by_name, where, problems)
+        if index is None:
+            continue
+        store = plan.stores[index]
+        module = registry.selecting(store.plan.backend)
+        if module is None:
+            problems.add(
+                f"{where}: the {store.plan.backend} store has no selectors yet; list its "
+                "objects by name"
+            )
+            continue
+        keys = module.SELECT_KEYS | selection.COMMON_KEYS | TRANSFORM_KEYS
+        unknown_keys(obj, keys, where, f"a {store.plan.backend} selector", problems)
+        own = {k: v for k, v in obj.items() if k in module.SELECT_KEYS}
+        ref = module.selection(own, store.plan.store, max_objects, where, problems)
+        directory = expect_str(obj.get("directory"), f"{where}.directory", problems).strip("/")
+        problem = path_problem(directory) if directory else None
+        if problem:
+            problems.add(f"{where}.directory ({directory!r}): {problem}")
+        # A selector that matches nothing is no error unless it says `optional: false`.
+        transforms = parse_transforms(obj, where, problems, base=Transforms(optional=True))
+        if ref is not None:
+            added.setdefault(index, []).append(ObjectSpec(directory, ref, None, transforms, where))
+    problems.raise_if_any()
+    stores = list(plan.stores)
+    for index, specs in added.items():
+        named = stores[index]
+        objects = named.plan.objects + tuple(specs)
+        fallbacks = named.fallbacks + (None,) * len(specs) if named.fallbacks else ()
+        stores[index] = dataclasses.replace(
+            named, plan=dataclasses.replace(named.plan, objects=objects), fallbacks=fallbacks
+        )
+    warnings = plan.warnings + tuple(problems.warnings)
+    return dataclasses.replace(plan, stores=tuple(stores), warnings=warnings)
+
+
+def _selector_store(
+    obj: Mapping[str, Any],
+    plan: MountPlan,
+    by_name: Mapping[str, int],
+    where: str,
+    problems: Problems,
+) -> int | None:
+    """The index of the store a selector reads: the one store, or the one its `store` names."""
+    name = expect_str(obj.get("store"), f"{where}.store", problems)
+    if not plan.named:
+        if name:
+            problems.add(f"{where}.store: only a class of several stores names stores; remove it")
+        return 0
+    if name in by_name:
+        return by_name[name]
+    problems.add(
+        f"{where}.store: {'missing' if not name else repr(name) + ' is not a store of the class'}"
+        f"; a selector of a class of several stores names one of: {', '.join(by_name)} (with "
+        "at least one object of its own)"
+    )
+    return None
+
+
+@dataclass(frozen=True)
+class RefreshBounds:
+    """What a class's `refreshInterval` may ask for (`--min-refresh-interval`,
+    `--max-refresh-interval`): a floor, so no class can make every poll read its store, and a
+    ceiling, so no class pins values for ever."""
+
+    floor: float
+    ceiling: float
+
+
+def _refresh(text: str, bounds: RefreshBounds | None, problems: Problems) -> float | None:
+    """`refreshInterval: 10m`: seconds the class's values may be reused, held to the bounds
+    (with a warning: the same class may be installed where the bounds differ)."""
+    if not text.strip():
+        return None
+    seconds = duration(text)
+    if seconds is None:
+        problems.add(
+            f"refreshInterval: expected a duration such as 90s, 10m or 1h30m, got {text!r}"
+        )
+        return None
+    if bounds is None:
+        return seconds
+    if seconds < bounds.floor:
+        problems.warn(
+            f"refreshInterval {text.strip()} is under this provider's floor of "
+            f"{bounds.floor:g}s (--min-refresh-interval): {bounds.floor:g}s is used"
+        )
+        return bounds.floor
+    if seconds > bounds.ceiling:
+        problems.warn(
+            f"refreshInterval {text.strip()} is over this provider's ceiling of "
+            f"{bounds.ceiling:g}s (--max-refresh-interval): {bounds.ceiling:g}s is used"
+        )
+        return bounds.ceiling
+    return seconds
 
 
 def _backend_name(params: Mapping[str, str], enable_fake: bool, field: str = "backend") -> str:
@@ -212,6 +370,8 @@ def _check_paths(
 ) -> None:
     paths: list[str] = []
     for spec in objects:
+        if not spec.name and spec.field.startswith(SELECT + "["):
+            continue  # a selector's files at the volume's root: checked as they are built
         problem = path_problem(spec.name)
         if problem:
             problems.add(f"{spec.field or 'object'} ({spec.name!r}): {problem}")

@@ -21,6 +21,9 @@ class StoreRead:
     plan: AnyPlan
     #: Who the pod is for this store (identify's answer, before any cache is consulted).
     identity: Identity
+    #: Seconds its values may be reused from the value cache: the class's `refreshInterval`;
+    #: None for the provider's --cache-ttl.
+    refresh: float | None = None
 
     @property
     def store(self) -> str:

@@ -122,6 +122,8 @@ def _placeholders(text: str, field: str, problems: Problems) -> list[str]:
 
 def _check_names(used: Sequence[str], names: Sequence[str], where: str, problems: Problems) -> None:
     known = set(names)
+    if "" in known:  # a selector writes at the volume's root: any name may be one of its files
+        return
     for name in used:
         # `object/key` may name a file of an exploded object; it is resolved when rendering.
         if name not in known and not _under_object(name, known):

@@ -321,6 +321,8 @@ EVERY_VALUE: list[tuple[dict[str, Any], str, Any]] = [
     ({"healthPort": 9100}, "health_addr", "0.0.0.0:9100"),
     ({"providersDir": "/run/providers"}, "socket", "/run/providers/secrets-bridge.sock"),
     ({"cache": {"ttl": 12.5}}, "cache_ttl", 12.5),
+    ({"cache": {"minRefreshInterval": 10}}, "min_refresh_interval", 10.0),
+    ({"cache": {"maxRefreshInterval": 600}}, "max_refresh_interval", 600.0),
     ({"cache": {"revalidateMaxAge": 60}}, "aws__revalidate_max_age", 60.0),
     ({"cache": {"serveStaleMaxAge": 300}}, "serve_stale_max_age", 300.0),
     ({"cache": {"serveStaleWait": 0}}, "serve_stale_wait", 0.0),

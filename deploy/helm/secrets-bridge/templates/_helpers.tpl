@@ -90,6 +90,8 @@ differs from the provider's default. Call with (list "flag-name" $value $default
 {{/* The provider flags that differ from the provider's defaults, one list item each. */}}
 {{- define "secrets-bridge.optionalArgs" -}}
 {{- include "secrets-bridge.optionalFlag" (list "cache-ttl" .Values.cache.ttl 0) }}
+{{- include "secrets-bridge.optionalFlag" (list "min-refresh-interval" .Values.cache.minRefreshInterval 30) }}
+{{- include "secrets-bridge.optionalFlag" (list "max-refresh-interval" .Values.cache.maxRefreshInterval 3600) }}
 {{- include "secrets-bridge.optionalFlag" (list "revalidate-max-age" .Values.cache.revalidateMaxAge 600) }}
 {{- include "secrets-bridge.optionalFlag" (list "serve-stale-max-age" .Values.cache.serveStaleMaxAge 0) }}
 {{- include "secrets-bridge.optionalFlag" (list "serve-stale-wait" .Values.cache.serveStaleWait 3) }}

@@ -1,0 +1,107 @@
+"""`select`: every secret under a prefix, through the mounter and the fake store, with the store's
+calls counted (the listing as `list:<prefix>`, each secret read by its path)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+import yaml
+
+from devkit.testing import Harness, make_pod
+from provider.core.errors import InvalidParameters, LimitExceeded, MountFailed, NotFound
+
+PLAIN = {"objectName": "plain", "secretPath": "plain"}
+
+
+def select(*entries: dict[str, object]) -> str:
+    return yaml.safe_dump(list(entries))
+
+
+async def test_a_selection_writes_a_file_per_secret_and_follows_the_store(
+    tmp_path: Path,
+) -> None:
+    h = Harness(tmp_path)
+    h.write({"secrets": {"app/a": "1", "app/sub/b": "2", "other/c": "3"}})
+    chosen = select({"prefix": "app/", "directory": "app"})
+    assert await h.files([], select=chosen) == {"app/a": b"1", "app/sub/b": b"2"}
+    assert h.fake.reads == {"list:app/": 1, "app/a": 1, "app/sub/b": 1}
+    # Unchanged: the next poll lists and reads nothing again.
+    assert await h.files([], select=chosen) == {"app/a": b"1", "app/sub/b": b"2"}
+    assert h.fake.reads == {"list:app/": 2, "app/a": 1, "app/sub/b": 1}
+    # One added, one changed, one deleted: only the new and the changed one are read.
+    h.write({"secrets": {"app/a": "1*", "app/new": "n", "other/c": "3"}})
+    assert await h.files([], select=chosen) == {"app/a": b"1*", "app/new": b"n"}
+    assert h.fake.reads == {"list:app/": 3, "app/a": 2, "app/sub/b": 1, "app/new": 1}
+
+
+async def test_selected_secrets_take_extraction_and_templates(tmp_path: Path) -> None:
+    h = Harness(tmp_path)
+    h.write({"secrets": {"db/main": {"password": "p1"}, "db/replica": {"password": "p2"}}})
+    chosen = select({"prefix": "db/", "directory": "db", "extract": "password"})
+    templates = "- path: both\n  template: '${db/main},${db/replica}'\n"
+    files = await h.files([], select=chosen, templates=templates)
+    assert files == {"db/main": b"p1", "db/replica": b"p2", "both": b"p1,p2"}
+
+
+async def test_a_selection_at_the_root_next_to_listed_objects(tmp_path: Path) -> None:
+    h = Harness(tmp_path)
+    h.write({"secrets": {"plain": "x", "cfg/a": "1"}})
+    files = await h.files([PLAIN], select=select({"prefix": "cfg/"}))
+    assert files == {"plain": b"x", "a": b"1"}
+    h.write({"secrets": {"plain": "x", "cfg/plain": "clash"}})
+    with pytest.raises(InvalidParameters, match="'plain'"):
+        await h.files([PLAIN], select=select({"prefix": "cfg/"}))
+
+
+async def test_an_empty_selection_is_no_error_unless_asked(tmp_path: Path) -> None:
+    h = Harness(tmp_path)
+    h.write({"secrets": {"plain": "x"}})
+    assert await h.files([PLAIN], select=select({"prefix": "none/", "directory": "n"})) == {
+        "plain": b"x"
+    }
+    strict = select({"prefix": "none/", "directory": "n", "optional": "false"})
+    with pytest.raises(MountFailed, match=r"select\[0\]: no secret matches it") as info:
+        await h.files([PLAIN], select=strict)
+    assert isinstance(info.value.failures[0][1], NotFound)
+
+
+async def test_a_selection_over_max_objects_is_refused_naming_the_count(tmp_path: Path) -> None:
+    h = Harness(tmp_path, max_objects=3)
+    h.write({"secrets": {f"many/{i}": str(i) for i in range(5)}})
+    with pytest.raises(MountFailed, match=r"matches 5 secrets, over .* limit of 3") as info:
+        await h.files([], select=select({"prefix": "many/", "directory": "m"}))
+    assert isinstance(info.value.failures[0][1], LimitExceeded)
+
+
+async def test_hostile_names_are_refused_as_paths(tmp_path: Path) -> None:
+    h = Harness(tmp_path)
+    h.write({"secrets": {"x/../../etc/passwd": "no"}})
+    with pytest.raises(MountFailed, match=r"'d/\.\./\.\./etc/passwd' contains a '\.\.' element"):
+        await h.files([], select=select({"prefix": "x/", "directory": "d"}))
+    h.write({"secrets": {"y/a": "1", "y/a/b": "2"}})
+    with pytest.raises(InvalidParameters, match="d/a"):
+        await h.files([], select=select({"prefix": "y/", "directory": "d"}))
+
+
+async def test_a_denied_secret_fails_the_selection_and_nothing_is_shared(tmp_path: Path) -> None:
+    h = Harness(tmp_path)
+    h.write({"secrets": {"s/a": "1", "s/b": "2"}, "access": {"s/b": ["default/app"]}})
+    chosen = select({"prefix": "s/", "directory": "s"})
+    assert await h.files([], select=chosen) == {"s/a": b"1", "s/b": b"2"}
+    other = make_pod(service_account="other")
+    with pytest.raises(MountFailed, match="may not read 's/b'"):
+        await h.mounter.mount(h.request([], pod=other, select=chosen))
+
+
+async def test_selector_keys_are_checked(tmp_path: Path) -> None:
+    h = Harness(tmp_path)
+    with pytest.raises(InvalidParameters, match=r"select\[0\]\.prefix") as info:
+        await h.files([], select=select({"directory": "d"}))
+    with pytest.raises(InvalidParameters, match=r"select\[0\]\.prefx is not a parameter") as info:
+        await h.files([], select=select({"prefx": "a/", "prefix": "a/"}))
+    with pytest.raises(InvalidParameters, match=r"select\[0\]\.store: only a class of several"):
+        await h.files([], select=select({"prefix": "a/", "store": "x"}))
+    with pytest.raises(InvalidParameters, match=r"select\[0\]\.directory"):
+        await h.files([], select=select({"prefix": "a/", "directory": "../up"}))
+    assert info.value.code.name == "INVALID_ARGUMENT"
