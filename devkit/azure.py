@@ -148,8 +148,13 @@ class FakeAzure:
                 {"error": "invalid_client", "error_description": why, "error_codes": [700213]},
                 status=401,
             )
+        return self.token_answer(tenant, client, str(form.get("scope", "")))
+
+    def token_answer(self, tenant: str, client: str, scope: str) -> web.Response:
+        """Entra's answer to a login it accepted: an access token for `client` (also what the
+        AKS token proxy of devkit/azure_binding.py relays)."""
         token = "at-" + secrets.token_urlsafe(16)
-        self.issued[token] = (tenant, client, str(form.get("scope", "")))
+        self.issued[token] = (tenant, client, scope)
         return web.json_response(
             {
                 "token_type": "Bearer",

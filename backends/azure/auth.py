@@ -1,16 +1,19 @@
 """Who the pod is to Microsoft Entra, and the credential that logs it in.
 
-Three ways, chosen by the parameters (params.AuthMode):
+Four ways, chosen by the parameters (dialect.AuthMode):
 - workload identity: the pod's `api://AzureADTokenExchange` token is the client assertion for
   `clientID` in `tenantID` (the identity federated with the pod's service account);
+- identity binding: the pod's `api://AKSIdentityBinding` token, the same exchange sent through
+  the cluster's token proxy (binding.py);
 - service principal: `clientid` / `clientsecret` from the volume's nodePublishSecretRef;
 - VM managed identity: the node's identity, only for namespaces the operator allowed.
 
-The identity key names cloud, authority, vault, tenant, auth mode and client — plus the pod's
-scope, or a hash of the nodePublishSecretRef credentials — never a token. The SDK credential is
-cached with the clients per identity key (store.py); `CheckedCredential` keeps its Entra access
-tokens in `env.credentials` until shortly before they expire; `Login` carries this Mount's pod
-token to it through `AssertionSource`.
+The identity key names cloud, authority, vault, tenant, auth mode and client (and the token
+proxy's URL, server name and CA file) — plus the pod's scope, or a hash of the
+nodePublishSecretRef credentials — never a token. The SDK credential is cached with the clients
+per identity key (store.py); `CheckedCredential` keeps its Entra access tokens in
+`env.credentials` until shortly before they expire; `Login` carries this Mount's pod token to it
+through `AssertionSource`.
 """
 
 from __future__ import annotations
@@ -20,10 +23,13 @@ import json
 import logging
 import re
 import time
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from typing import Any
 
 from backends import nodefiles
+from backends.azure import binding
+from backends.azure.binding import TokenProxy
 from backends.azure.dialect import CLOUDS, AzureStore
 from backends.azure.options import Options
 from backends.wire import OAUTH_ERRORS
@@ -57,6 +63,8 @@ class Login:
     assertion: str = field(default="", repr=False)
     client_secret: str = field(default="", repr=False)
     client_id: str = ""
+    #: Identity binding's token proxy; None for every other mode.
+    proxy: TokenProxy | None = None
 
 
 #: Cap of the cloudEnvFileName file (the Azure SDK for Go's environment file is about 2 KiB).
@@ -99,13 +107,31 @@ def _read_cloud_file(path: str) -> tuple[str, str]:
     return authority, suffix
 
 
-async def identify(env: BackendEnv[Options], store: AzureStore, pod: Pod) -> Identity:
+async def identify(
+    env: BackendEnv[Options],
+    store: AzureStore,
+    pod: Pod,
+    proxy: Callable[[], Awaitable[TokenProxy]] | None = None,
+) -> Identity:
+    """`proxy` resolves the provider's token proxy (identity binding only)."""
     ends = await endpoints(store, env.options)
     parts: list[object] = [store.cloud, ends.authority_host, ends.vault_url, store.tenant_id]
     if store.auth == "workload-identity":
         token = await pod_token(env, pod, AUDIENCE)
         login = Login(ends, assertion=token, client_id=store.client_id)
         parts += ["workload", store.client_id]
+    elif store.auth == "identity-binding":
+        token = await pod_token(env, pod, binding.AUDIENCE)
+        assert proxy is not None, "identity binding needs the backend's token proxy"
+        try:
+            settings = await proxy()
+        except (binding.ProxyUntrusted, StoreUnavailable) as exc:
+            raise type(exc)(
+                f"Key Vault {store.vault_name}: the login of {pod.subject} with identity binding "
+                f"(clientID {store.client_id}) cannot start: {exc}"
+            ) from None
+        login = Login(ends, assertion=token, client_id=store.client_id, proxy=settings)
+        parts += ["binding", store.client_id, *settings.key_parts()]
     elif store.auth == "vm-managed-identity":
         require_node_identity(env, pod, f"Key Vault {store.vault_name} (useVMManagedIdentity)")
         login = Login(ends, client_id=store.user_assigned_identity_id)
@@ -141,7 +167,9 @@ def build_credential(store: AzureStore, login: Login, transport: Any, assertion:
         "authority": login.endpoints.authority_host,
         "disable_instance_discovery": True,
     }
-    if store.auth == "workload-identity":
+    if store.auth in ("workload-identity", "identity-binding"):
+        # Identity binding: the same exchange over the token proxy's transport (upstream's
+        # getIdentityBindingTokenCredential), instance discovery off as above.
         return ClientAssertionCredential(store.tenant_id, login.client_id, assertion, **aad)
     if store.auth == "service-principal":
         return ClientSecretCredential(store.tenant_id, login.client_id, login.client_secret, **aad)
@@ -214,10 +242,19 @@ class CheckedCredential:
     REFRESH_MARGIN = 300.0
 
     def __init__(
-        self, inner: Any, store: AzureStore, subject: str, cache: ExpiringCache[Any], key: str
+        self,
+        inner: Any,
+        store: AzureStore,
+        subject: str,
+        cache: ExpiringCache[Any],
+        key: str,
+        proxy: TokenProxy | None = None,
     ) -> None:
         self._inner, self._store, self._subject = inner, store, subject
         self._cache, self._key = cache, key
+        self._proxy = proxy
+        #: Who answers the token requests.
+        self._via = proxy.describe() if proxy else "Microsoft Entra"
 
     async def get_token(self, *scopes: str, **kwargs: Any) -> Any:
         return await self._cached("token", self._inner.get_token, scopes, kwargs)
@@ -246,11 +283,14 @@ class CheckedCredential:
         try:
             return await method(*scopes, **kwargs)
         except ServiceRequestError as exc:
-            raise EntraUnavailable(f"Microsoft Entra unreachable: {scrub(exc)}") from None
+            tls = binding.tls_failure(exc) if self._proxy else None
+            if tls is not None:
+                raise binding.ProxyUntrusted(self._untrusted(tls)) from None
+            raise EntraUnavailable(f"{self._via} unreachable: {scrub(exc)}") from None
         except ClientAuthenticationError as exc:
             status = getattr(exc.response, "status_code", None) if exc.response else None
             if status is not None and (status == 429 or status >= 500):
-                raise EntraUnavailable(f"Microsoft Entra answered {status}") from None
+                raise EntraUnavailable(f"{self._via} answered {status}") from None
             challenged = _requested_tenant(kwargs)
             if exc.response is None and challenged and challenged != self._store.tenant_id:
                 # azure-identity refused locally (its resolve_tenant compares exactly): no
@@ -267,19 +307,37 @@ class CheckedCredential:
             "in its own tenant)"
         )
 
+    def _untrusted(self, tls: BaseException) -> str:
+        s, proxy = self._store, self._proxy
+        assert proxy is not None
+        return (
+            f"the login of {self._subject} with identity binding (clientID {s.client_id}) for Key "
+            f"Vault {s.vault_name} failed: {proxy.describe()} failed TLS verification "
+            f"({binding.tls_text(tls)}); check the provider's --azure-token-proxy-ca-file "
+            f"(trusted: {proxy.ca_file or 'the system CAs'}) and --azure-sni-name (the proxy's "
+            "certificate must name it)"
+        )
+
     def _refusal(self, exc: Exception) -> str:
         s = self._store
+        service_account = self._subject.replace("/", ":")
         how = {
             "workload-identity": f"workload identity (clientID {s.client_id}, the pod's token for "
             f"audience {AUDIENCE!r}); check the federated credential's subject "
-            f"system:serviceaccount:{self._subject.replace('/', ':')} and issuer",
+            f"system:serviceaccount:{service_account} and issuer",
+            "identity-binding": f"identity binding (clientID {s.client_id}, the pod's token "
+            f"for audience {binding.AUDIENCE!r}); check the "
+            f"cluster's identity binding for managed identity {s.client_id} and that service "
+            f"account {self._subject} may use it (a ClusterRole with verb use-managed-identity "
+            f"on resource {s.client_id} in API group cid.wi.aks.azure.com, bound to it)",
             "service-principal": "the nodePublishSecretRef service principal; check clientid and "
             "clientsecret",
             "vm-managed-identity": "the node's managed identity "
             f"{s.user_assigned_identity_id or '(system-assigned)'}",
         }[s.auth]
+        who = f"{self._via} (or Microsoft Entra behind it)" if self._proxy else self._via
         return (
-            f"Microsoft Entra refused the login of {self._subject} to tenant {s.tenant_id} for "
+            f"{who} refused the login of {self._subject} to tenant {s.tenant_id} for "
             f"Key Vault {s.vault_name} with {how} ({entra_codes(exc)})"
         )
 

@@ -5,6 +5,7 @@
       keyvaultName: kv-name
       tenantID: <tenant>          # `tenantId` (the older spelling) is accepted too
       clientID: <client id>       # workload identity; else nodePublishSecretRef or VM identity
+      useAzureTokenProxy: "true"  # identity binding: clientID's login through the AKS token proxy
       cloudName: ""               # AzurePublicCloud (default) | AzureUSGovernmentCloud | ...
       objects: |
         array:
@@ -52,7 +53,16 @@ KEYS = frozenset(
         "objects",
     }
 )
-AuthMode = Literal["workload-identity", "service-principal", "vm-managed-identity"]
+AuthMode = Literal[
+    "workload-identity", "identity-binding", "service-principal", "vm-managed-identity"
+]
+#: The pod token audience of each mode that logs in as the pod (upstream's pkg/auth/auth.go).
+AUDIENCES: dict[str, str] = {
+    "workload-identity": "api://AzureADTokenExchange",
+    "identity-binding": "api://AKSIdentityBinding",
+}
+#: Upstream's identity switches, of which at most one may be "true" (provider.go).
+_SWITCHES = ("usePodIdentity", "useVMManagedIdentity", "useAzureTokenProxy")
 
 
 @dataclass(frozen=True)
@@ -136,20 +146,21 @@ def _parse_store(params: Mapping[str, str], problems: Problems) -> AzureStore | 
     elif env_file and cloud is not None and cloud.name != "AzureStackCloud":
         problems.warn(f"cloudEnvFileName is ignored for cloudName {cloud.name}")
     # Upstream trims the switches and parses them with Go's strconv.ParseBool.
-    for key, why in (
-        ("usePodIdentity", "AAD pod identity is deprecated upstream"),
-        (
-            "useAzureTokenProxy",
-            "AKS identity binding, which needs the API server's token proxy, is not implemented",
-        ),
-    ):
-        if go_bool(params.get(key, "").strip(), key, problems):
-            problems.add(
-                f'{key} "true" is not supported ({why}); use workload identity: set clientID '
-                f"to the identity federated with the pod's service account (audience "
-                f'api://AzureADTokenExchange) and remove {key} or set it to "false"'
-            )
-    auth = _auth_mode(params, problems)
+    switches = {key: go_bool(params.get(key, "").strip(), key, problems) for key in _SWITCHES}
+    if switches["usePodIdentity"]:
+        problems.add(
+            'usePodIdentity "true" is not supported (AAD pod identity is deprecated upstream); '
+            "use workload identity: set clientID to the identity federated with the pod's "
+            "service account (audience api://AzureADTokenExchange), or an identity binding "
+            '(useAzureTokenProxy "true"), and remove usePodIdentity or set it to "false"'
+        )
+    on = [key for key, value in switches.items() if value]
+    if len(on) > 1:
+        problems.add(
+            f"only one identity mode can be enabled at a time: {' and '.join(on)} are "
+            '"true"; keep one'
+        )
+    auth = _auth_mode(params, switches, problems)
     if problems.items or cloud is None or auth is None:
         return None
     return AzureStore(
@@ -180,17 +191,26 @@ def _tenant(params: Mapping[str, str], problems: Problems) -> str:
     return tenant
 
 
-def _auth_mode(params: Mapping[str, str], problems: Problems) -> AuthMode | None:
-    use_vm = go_bool(
-        params.get("useVMManagedIdentity", "").strip(), "useVMManagedIdentity", problems
-    )
+def _auth_mode(
+    params: Mapping[str, str], switches: Mapping[str, bool], problems: Problems
+) -> AuthMode | None:
+    use_vm, use_proxy = switches["useVMManagedIdentity"], switches["useAzureTokenProxy"]
     client_id = params.get("clientID", "").strip()
     if client_id and not _DIRECTORY_ID.match(client_id):
         problems.add(f"clientID {client_id!r}: expected the client id (a GUID) of an identity")
     uami = params.get("userAssignedIdentityID", "").strip()
     if uami and not _DIRECTORY_ID.match(uami):
         problems.add(f"userAssignedIdentityID {uami!r}: expected a client id (a GUID)")
-    if use_vm and client_id:
+    if use_proxy and not use_vm:
+        if not client_id:
+            problems.add(
+                'clientID is required for identity binding (useAzureTokenProxy "true"): the '
+                "client id of the managed identity bound to the cluster, which the pod's service "
+                "account may use"
+            )
+            return None
+        return "identity-binding"
+    if use_vm and client_id and not use_proxy:
         problems.add(
             'useVMManagedIdentity "true" and clientID (workload identity) are both set; '
             "choose one way to authenticate"
@@ -204,9 +224,11 @@ def _auth_mode(params: Mapping[str, str], problems: Problems) -> AuthMode | None
 
 
 def audiences(store: AzureStore) -> tuple[str, ...]:
-    """The audience of the pod token a mount of this class needs (`check --json`): workload
-    identity's; the other modes log in without the pod's token."""
-    return ("api://AzureADTokenExchange",) if store.auth == "workload-identity" else ()
+    """The audience of the pod token a mount of this class needs (`check --json`, `mount
+    --csidriver`): workload identity's or identity binding's; the other modes log in without the
+    pod's token."""
+    audience = AUDIENCES.get(store.auth)
+    return (audience,) if audience else ()
 
 
 def lifetime(ref: AzureRef) -> tuple[str, str] | None:

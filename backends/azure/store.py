@@ -11,7 +11,7 @@ import asyncio
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from backends.azure import auth, dialect
+from backends.azure import auth, binding, dialect
 from backends.azure.client import VaultReader, VaultSession
 from backends.azure.dialect import AzureStore
 from backends.azure.objects import AzureRef
@@ -35,11 +35,15 @@ class AzureBackend:
 
     def __init__(self, env: BackendEnv[Options]) -> None:
         self._env = env
-        self._http = SharedSession(env.options)
+        self._proxy = binding.ProxySettings(env.options or Options())
+        self._http = SharedSession(env.options, direct=frozenset({self._proxy.host}))
         self._reads = asyncio.Semaphore(MAX_CONCURRENT_READS)
 
     async def identify(self, plan: Plan, pod: Pod) -> Identity:
-        return await auth.identify(self._env, plan.store, pod)
+        return await auth.identify(self._env, plan.store, pod, self._token_proxy)
+
+    async def _token_proxy(self) -> binding.TokenProxy:
+        return await self._proxy.resolve(self._http.resolver())
 
     async def fetch(
         self, plan: Plan, identity: Identity, refs: Sequence[AzureRef], ctx: FetchContext
@@ -56,8 +60,9 @@ class AzureBackend:
         )
         results: dict[AzureRef, Fetched] = {}
         for ref, outcome in zip(refs, outcomes, strict=True):
-            if isinstance(outcome, auth.LoginRefused):
-                # A refused login fails the whole Mount; the next one builds a fresh session.
+            if isinstance(outcome, auth.LoginRefused | binding.ProxyUntrusted):
+                # A refused login fails the whole Mount; the next one builds a fresh session
+                # (and, through the token proxy, reads its CA file again).
                 self._env.credentials.invalidate(identity.key, session)
                 raise outcome
             if isinstance(outcome, BaseException) and not isinstance(outcome, BridgeError):
@@ -74,9 +79,13 @@ class AzureBackend:
     ) -> tuple[VaultSession, float]:
         source = auth.AssertionSource()
         source.token = login.assertion
-        inner = auth.build_credential(store, login, await self._http.transport(), source)
+        if login.proxy is not None:
+            login_transport = await binding.transport(login.proxy, await self._http.session())
+        else:
+            login_transport = await self._http.transport()
+        inner = auth.build_credential(store, login, login_transport, source)
         credential = auth.CheckedCredential(
-            inner, store, identity.subject, self._env.credentials, identity.key
+            inner, store, identity.subject, self._env.credentials, identity.key, login.proxy
         )
         url = login.endpoints.vault_url
 

@@ -4,7 +4,8 @@ Each cached identity gets its own credential and clients, but they all share thi
 SDK's transports are built with `session_owner=False`), so evicting an identity from the cache
 leaks no connections and a thousand identities do not open a thousand pools. `--azure-ca-file`
 and `--azure-connect-to` shape the session: a private CA, and a fixed address for every host
-(TLS still checks the real host name, so tests exercise the real challenge and SNI rules).
+(TLS still checks the real host name, so tests exercise the real challenge and SNI rules); the
+token proxy of identity bindings (binding.py) is dialled as its URL says.
 
 Every body the SDK reads through this session stops at a byte cap (`capped_response`), and host
 names are resolved on the backend's own bounded threads (backends/wire.py), never on the loop's
@@ -39,7 +40,7 @@ MAX_BODY = 4 * 1024 * 1024
 
 class _ConnectTo(AbstractResolver):
     """Resolves every host name to one HOST:PORT (like curl's --connect-to), except the names
-    in `keep` (the proxies'), which resolve as they are."""
+    in `keep` (the proxies' and the token proxy's), which resolve as they are."""
 
     def __init__(
         self, host: str, port: int, inner: AbstractResolver, keep: frozenset[str] = frozenset()
@@ -61,9 +62,16 @@ class _ConnectTo(AbstractResolver):
 
 
 class SharedSession:
-    def __init__(self, options: Options | None, max_body: int = MAX_BODY) -> None:
-        """Checks the options when the backend is built, naming the flag (ValueError)."""
+    def __init__(
+        self,
+        options: Options | None,
+        max_body: int = MAX_BODY,
+        direct: frozenset[str] = frozenset(),
+    ) -> None:
+        """Checks the options when the backend is built, naming the flag (ValueError). The
+        hosts in `direct` (the token proxy's) are dialled as named, never `--azure-connect-to`."""
         options = options or Options()
+        self._direct = frozenset(h.lower() for h in direct)
         try:
             self._ssl = ssl.create_default_context(cafile=options.ca_file or None)
         except (OSError, ssl.SSLError) as exc:
@@ -80,21 +88,29 @@ class SharedSession:
         self._response_class = capped_response(max_body)
         self._proxies = Proxies.from_env()
 
+    async def session(self) -> aiohttp.ClientSession:
+        async with self._lock:
+            if self._session is None or self._session.closed:
+                self._session = self._build()
+        return self._session
+
     async def transport(self) -> Any:
         """A fresh SDK transport over the shared session (cheap; closing it keeps the session)."""
         from azure.core.pipeline.transport import AioHttpTransport
 
-        async with self._lock:
-            if self._session is None or self._session.closed:
-                self._session = self._build()
-        return AioHttpTransport(session=self._session, session_owner=False)
+        return AioHttpTransport(session=await self.session(), session_owner=False)
 
-    def _build(self) -> aiohttp.ClientSession:
+    def resolver(self) -> Resolver:
+        """The backend's bounded resolver (also for the identity binding's one handshake)."""
         if self._resolver is None:
             self._resolver = Resolver()
-        resolver: AbstractResolver = self._resolver
+        return self._resolver
+
+    def _build(self) -> aiohttp.ClientSession:
+        resolver: AbstractResolver = self.resolver()
         if self._connect_to:
-            resolver = _ConnectTo(*self._connect_to, self._resolver, keep=self._proxies.hosts)
+            keep = self._proxies.hosts | self._direct
+            resolver = _ConnectTo(*self._connect_to, self.resolver(), keep=keep)
         connector = aiohttp.TCPConnector(ssl=self._ssl, resolver=resolver, limit=100)
         # As azure-core's own sessions: the SDK decompresses and keeps no cookies itself.
         return aiohttp.ClientSession(

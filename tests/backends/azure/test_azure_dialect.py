@@ -43,7 +43,11 @@ def error(objs: str = ONE, **params: str) -> str:
         ({"cloudName": "AzureBlackForestCloud"}, "cloudName 'AzureBlackForestCloud'"),
         ({"cloudName": "AzureStackCloud"}, "needs cloudEnvFileName"),
         ({"usePodIdentity": "true"}, 'usePodIdentity "true" is not supported'),
-        ({"useAzureTokenProxy": "TRUE"}, 'useAzureTokenProxy "true" is not supported'),
+        (
+            {"useAzureTokenProxy": "TRUE", "useVMManagedIdentity": "true"},
+            "only one identity mode can be enabled at a time",
+        ),
+        ({"useAzureTokenProxy": "on"}, "useAzureTokenProxy: expected"),
         ({"usePodIdentity": "maybe"}, "usePodIdentity: expected"),
         ({"useVMManagedIdentity": "yes"}, "useVMManagedIdentity: expected"),
         ({"useVMManagedIdentity": "true"}, 'useVMManagedIdentity "true" and clientID'),

@@ -150,5 +150,8 @@ differs from the provider's default. Call with (list "flag-name" $value $default
 {{- include "secrets-bridge.optionalFlag" (list "azure-vault-dns-suffix" .vaultDnsSuffix "") }}
 {{- include "secrets-bridge.optionalFlag" (list "azure-ca-file" .caFile "") }}
 {{- include "secrets-bridge.optionalFlag" (list "azure-connect-to" .connectTo "") }}
+{{- include "secrets-bridge.optionalFlag" (list "azure-token-proxy-url" .tokenProxyUrl "") }}
+{{- include "secrets-bridge.optionalFlag" (list "azure-sni-name" .sniName "") }}
+{{- include "secrets-bridge.optionalFlag" (list "azure-token-proxy-ca-file" .tokenProxyCaFile "") }}
 {{- end }}
 {{- end }}
