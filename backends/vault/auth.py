@@ -1,9 +1,11 @@
 """Logging in to Vault as the pod, and keeping its Vault token while it lives.
 
-`auth/<mount>/login` with `{role, jwt}` serves both the kubernetes and the jwt auth methods. The
-token is cached in `env.credentials` under the identity key (address, namespace, mount, role,
-audience, pod scope) until `token_renew_margin` of its lease is left, so a rollout of many pods
-of one service account logs in once. A read refused with 403 on a cached token may mean the token
+`auth/<mount>/login` with `{role, jwt}` serves both the kubernetes and the jwt auth methods; the
+aws method takes a GetCallerIdentity request signed with the pod's AWS credentials instead
+(backends/vault/awslogin.py). The token is cached in `env.credentials` under the identity key
+(address, namespace, mount, role, method, audience, the pod's cloud identity, pod scope) until
+`token_renew_margin` of its lease is left, so a rollout of many pods of one service account logs
+in once. A read refused with 403 on a cached token may mean the token
 was revoked: `relogin` replaces it once, shared by every concurrent caller that saw it refused.
 """
 
@@ -14,6 +16,7 @@ import math
 import time
 from dataclasses import dataclass, field
 
+from backends.vault.awslogin import AwsPod, AwsSigner
 from backends.vault.client import Reply, VaultHTTP, status_error
 from backends.vault.dialect import VaultStore
 from backends.vault.leases import TokenLife
@@ -38,10 +41,13 @@ class VaultToken:
 
 
 class Authenticator:
-    def __init__(self, env: BackendEnv[Options], http: VaultHTTP, margin: float) -> None:
+    def __init__(
+        self, env: BackendEnv[Options], http: VaultHTTP, margin: float, aws: AwsSigner
+    ) -> None:
         self._env = env
         self._http = http
         self._margin = min(max(margin, 0.0), 0.9)
+        self._aws = aws
 
     async def token(self, store: VaultStore, identity: Identity, ctx: FetchContext) -> VaultToken:
         async def login() -> tuple[VaultToken, float]:
@@ -64,8 +70,8 @@ class Authenticator:
     async def _login(
         self, store: VaultStore, identity: Identity, ctx: FetchContext
     ) -> tuple[VaultToken, float]:
-        body = json.dumps({"role": store.role, "jwt": identity.credential})
         doing = login_doing(store, identity)
+        body = json.dumps({"role": store.role, **await self._material(store, identity)})
         with self._env.metrics.backend_call("vault", "login"):
             reply = await self._http.request(
                 store.address,
@@ -94,12 +100,21 @@ class Authenticator:
         life = TokenLife(lease, now + lease if lease else math.inf, auth.get("renewable") is True)
         return VaultToken(client_token, now, life), ttl
 
+    async def _material(self, store: VaultStore, identity: Identity) -> dict[str, str]:
+        """What proves the pod's identity: its token, or an AWS request it signed."""
+        credential = identity.credential
+        if isinstance(credential, AwsPod) and store.aws is not None:
+            return await self._aws.login_data(store.aws, credential, identity.subject)
+        return {"jwt": credential}
+
 
 def login_doing(store: VaultStore, identity: Identity) -> str:
+    credential = identity.credential
+    cloud = f"{credential.describe()}, " if isinstance(credential, AwsPod) else ""
     return (
         f"login of {identity.subject} to Vault at {store.address} as role {store.role!r} "
-        f"via auth/{store.mount} (token audience {store.audience!r}"
-        + (f", namespace {store.namespace!r})" if store.namespace else ")")
+        f"via auth/{store.mount} ({store.method} method, {cloud}token audience "
+        f"{store.audience!r}" + (f", namespace {store.namespace!r})" if store.namespace else ")")
     )
 
 
@@ -114,9 +129,36 @@ def login_error(reply: Reply, store: VaultStore, identity: Identity) -> BridgeEr
             not_found="check vaultNamespace and vaultAuthMountPath",
         )
     why = reply.errors()
-    return PermissionDenied(
-        f"{doing} was refused ({reply.status_text()}); {_cause(why, store, identity)}"
-    )
+    cause = _aws_cause(why, store, identity) or _cause(why, store, identity)
+    return PermissionDenied(f"{doing} was refused ({reply.status_text()}); {cause}")
+
+
+def _aws_cause(why: str, store: VaultStore, identity: Identity) -> str:
+    """What to fix when Vault's aws method refused the signed request."""
+    who = identity.credential
+    if not isinstance(who, AwsPod) or store.aws is None:
+        return ""
+    text = why.lower()
+    principal = who.role_arn or "the role of the pod's Pod Identity association"
+    if "does not belong to the role" in text:
+        return (
+            f"likely cause: role {store.role!r} at auth/{store.mount} is not bound to "
+            f"{principal}; add it to the role's bound_iam_principal_arn, or use a role that is"
+        )
+    if "server-id" in text:
+        return (
+            f"likely cause: the method's iam_server_id_header_value does not match the class's "
+            f"vaultAWSIAMServerID ({store.aws.server_id or 'not set'})"
+        )
+    if "upstream request" in text:
+        return (
+            f"likely cause: STS refused the request signed for {store.aws.sts_url} in region "
+            f"{store.aws.region}; the method's sts_endpoint and sts_region must match "
+            "vaultAWSRegion"
+        )
+    if "iam not allowed" in text:
+        return f"likely cause: role {store.role!r} is not an auth_type=iam role"
+    return ""
 
 
 def _cause(why: str, store: VaultStore, identity: Identity) -> str:

@@ -87,6 +87,12 @@ KNOWN_ERRORS = (
     ("rate limit quota exceeded", "rate limit quota exceeded"),
     ("upgrade in progress", "upgrade in progress"),
     ("internal error", "internal error"),
+    # Vault's aws method (iam type).
+    ("does not belong to the role", "IAM principal does not belong to the role"),
+    ("x-vault-aws-iam-server-id", "error validating the X-Vault-AWS-IAM-Server-ID header"),
+    ("error making upstream request", "STS refused the signed request (upstream request)"),
+    ("auth method iam not allowed", "auth method iam not allowed for the role"),
+    ("entry for role", "role could not be found"),
     # A renewal at the max TTL: OpenBao answers HTTP 500, and asking again will not help.
     ("past the max ttl", "past the max TTL, cannot renew"),
 )

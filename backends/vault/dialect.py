@@ -6,6 +6,7 @@
       vaultAddress: https://vault:8200    # default: --vault-addr / VAULT_ADDR
       vaultAuthMountPath: kubernetes      # or the older vaultKubernetesMountPath
       audience: vault                     # default "openbao" when an OpenBao spelling is used
+      vaultAuthType: kubernetes           # or jwt, aws: see backends/vault/methods.py
       objects: |                          # see backends/vault/objects.py
         - {objectName: db-password, secretPath: secret/data/db, secretKey: password}
 
@@ -28,6 +29,7 @@ from typing import Any
 
 import yaml
 
+from backends.vault.methods import AwsAuth, parse_method
 from backends.vault.objects import VaultRef, parse_objects
 from backends.vault.options import Options
 from provider.core.model import ParseContext, StorePlan
@@ -50,6 +52,11 @@ SPELLINGS: dict[str, tuple[str, ...]] = {
     "skip_verify": tuple(p + "SkipTLSVerify" for p in _PREFIXES),
     "audience": ("audience",),
     "objects": ("objects",),
+    "auth_type": tuple(p + "AuthType" for p in _PREFIXES),
+    "aws_region": tuple(p + "AWSRegion" for p in _PREFIXES),
+    "aws_role_arn": tuple(p + "AWSRoleArn" for p in _PREFIXES),
+    "aws_pod_identity": tuple(p + "AWSUsePodIdentity" for p in _PREFIXES),
+    "aws_server_id": tuple(p + "AWSIAMServerID" for p in _PREFIXES),
 }
 KEYS = frozenset(k for spellings in SPELLINGS.values() for k in spellings)
 DEFAULT_MOUNT = "kubernetes"
@@ -78,10 +85,15 @@ class VaultStore:
     mount: str
     audience: str
     tls: TLSConfig
+    #: The auth method (backends/vault/methods.py): kubernetes, jwt or aws.
+    method: str = "kubernetes"
+    #: The aws method's settings (method "aws" only).
+    aws: AwsAuth | None = None
 
     def describe(self) -> str:
         namespace = f" namespace {self.namespace}" if self.namespace else ""
-        return f"{self.address}{namespace} (auth/{self.mount} role {self.role})"
+        method = f" {self.method}" if self.method not in ("kubernetes", "jwt") else ""
+        return f"{self.address}{namespace} (auth/{self.mount}{method} role {self.role})"
 
 
 def parse(params: Mapping[str, str], ctx: ParseContext[Options]) -> StorePlan[VaultStore, VaultRef]:
@@ -100,6 +112,12 @@ def parse(params: Mapping[str, str], ctx: ParseContext[Options]) -> StorePlan[Va
     elif address and not address.startswith(("http://", "https://")):
         problems.add(f"vaultAddress: expected an http:// or https:// URL, got {address!r}")
     _check_mount(params, values["mount"], problems)
+    method = parse_method(
+        values,
+        lambda name: _written(params, name),
+        problems,
+        default_audience="openbao" if openbao else "vault",
+    )
     # Connection settings: the class's value, else the provider's flag (as upstream overlays
     # its flags with the class). Under `check` there are no flags.
     options = ctx.options
@@ -108,8 +126,8 @@ def parse(params: Mapping[str, str], ctx: ParseContext[Options]) -> StorePlan[Va
         address=address.rstrip("/"),
         namespace=_or_option(values, options, "namespace", "namespace").strip("/"),
         role=role,
-        mount=values["mount"].strip("/") or DEFAULT_MOUNT,
-        audience=values["audience"] or ("openbao" if openbao else "vault"),
+        mount=values["mount"].strip("/") or method.default_mount,
+        audience=values["audience"] or method.default_audience,
         tls=TLSConfig(
             ca_cert=_or_option(values, options, "ca_cert", "ca_cert"),
             ca_dir=_or_option(values, options, "ca_dir", "ca_dir"),
@@ -120,6 +138,8 @@ def parse(params: Mapping[str, str], ctx: ParseContext[Options]) -> StorePlan[Va
                 values["skip_verify"], "vaultSkipTLSVerify", problems, default_skip
             ),
         ),
+        method=method.name,
+        aws=method.aws,
     )
     if bool(store.tls.client_cert) != bool(store.tls.client_key):
         problems.add(

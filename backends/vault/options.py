@@ -7,8 +7,10 @@ VAULT_CACERT, ...) are accepted too, and OpenBao's BAO_ADDR.
 
 from dataclasses import dataclass, field
 
-#: The SDK's loggers, kept at WARNING by `serve`: they log request details (headers, URLs).
-SDK_LOGGERS: tuple[str, ...] = ()
+#: The SDK's loggers, kept at WARNING by `serve`: they log request details (headers, URLs);
+#: botocore's DEBUG lines hold the pod's web identity token and the signed login of the aws
+#: auth method (backends/vault/awslogin.py).
+SDK_LOGGERS: tuple[str, ...] = ("botocore", "aiobotocore")
 
 
 @dataclass(frozen=True)

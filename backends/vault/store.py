@@ -18,6 +18,7 @@ from typing import Any
 
 from backends.vault import dialect, leases
 from backends.vault.auth import Authenticator, VaultToken
+from backends.vault.awslogin import AwsSigner
 from backends.vault.client import Reply, VaultHTTP, status_error
 from backends.vault.dialect import VaultStore
 from backends.vault.leases import Leases
@@ -54,12 +55,19 @@ class VaultBackend:
             max_body_bytes=env.core.max_response_bytes + 64 * 1024,
             request_timeout=options.request_timeout,
         )
-        self._auth = Authenticator(env, self._http, options.token_renew_margin)
+        self._aws = AwsSigner(env)
+        self._auth = Authenticator(env, self._http, options.token_renew_margin, self._aws)
         self._leases = Leases(env, self._http)
 
     async def identify(self, plan: Plan, pod: Pod) -> Identity:
         store = plan.store
-        jwt = await pod_token(self._env, pod, store.audience)
+        cloud: tuple[str, ...] = ()
+        if store.aws is not None:
+            # The AWS identity that signs the login, and what the signature is bound to.
+            credential: Any = await self._aws.who(store.aws, store.audience, pod)
+            cloud = ("aws", credential.key, store.aws.region, store.aws.server_id or "-")
+        else:
+            credential = await pod_token(self._env, pod, store.audience)
         key = identity_key(
             "vault",
             store.address,
@@ -67,9 +75,10 @@ class VaultBackend:
             store.mount,
             store.role,
             store.audience,
+            *cloud,
             pod_scope(self._env, pod),
         )
-        return Identity(key=key, subject=pod.subject, credential=jwt)
+        return Identity(key=key, subject=pod.subject, credential=credential)
 
     async def fetch(
         self, plan: Plan, identity: Identity, refs: Sequence[VaultRef], ctx: FetchContext

@@ -21,7 +21,9 @@ CLI = ROOT / ".venv" / "bin" / "secrets-bridge"
 NO_EXAMPLE = {"fake"}
 #: (example, its store): one class per store, in its upstream provider's style.
 PER_STORE = [(f"{name}.yaml", name) for name in registry.names() if name not in NO_EXAMPLE]
-CLASSES = [*(example for example, _ in PER_STORE), "extensions.yaml"]
+#: Worked examples of one feature each, beside each store's own.
+FEATURES = ["azure-identity-binding.yaml", "vault-aws-auth.yaml"]
+CLASSES = [*(example for example, _ in PER_STORE), "extensions.yaml", *FEATURES]
 
 
 def load(name: str) -> list[dict[str, Any]]:
