@@ -4,6 +4,8 @@ proxy before it.
     with moto_server() as moto:             # a real `moto_server` on 127.0.0.1:<free port>
         moto.client("secretsmanager").create_secret(Name="db", SecretString="...")
         moto.reset()                        # forget every resource (POST /moto-api/reset)
+        moto.enforce_auth(after=1)          # IAM checks (signatures, policies, trust policies)
+                                            # from the second action on; relax_auth() ends them
 
     proxy = CountingProxy(moto.url)         # aiohttp, in the caller's event loop
     await proxy.start()                     # proxy.url: point the backend here
@@ -13,6 +15,9 @@ proxy before it.
     proxy.unavailable = True                # 503 ServiceUnavailable for everything
     proxy.inject["GetSecretValue"].append((400, "ExpiredTokenException"))  # once
     proxy.access_keys                       # the access key id that signed each request
+    proxy.signers["AssumeRole"]             # ... of each request of one operation
+    proxy.forms["AssumeRole"]               # query-protocol (STS) request fields, parsed
+    proxy.rewrite["AssumeRole"] = edit      # edit(body) -> body, for that operation's answers
     await proxy.stop()
 
 The proxy sits on the real wire between the SDK and moto, so counts are what AWS would bill; it
@@ -32,8 +37,9 @@ import os
 import subprocess
 import sys
 import time
+import urllib.parse
 import urllib.request
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -103,6 +109,28 @@ class MotoServer:
         with urllib.request.urlopen(request, timeout=10):
             pass
 
+    def enforce_auth(self, after: int = 0) -> None:
+        """Check every action as AWS would (moto's IAM emulation: signatures, identity policies,
+        and for sts:AssumeRole the role's trust policy with its StringEquals sts:ExternalId),
+        except the next `after` actions (seed first, or leave an unsigned call through).
+        Process-wide: use a server of your own, not a shared one."""
+        self._reset_auth(str(after))
+
+    def relax_auth(self) -> None:
+        """Back to moto's default: nothing is checked."""
+        self._reset_auth("inf")
+
+    def _reset_auth(self, count: str) -> None:
+        # Not form-encoded (urllib's default), or Flask hands moto an empty body.
+        request = urllib.request.Request(
+            f"{self.url}/moto-api/reset-auth",
+            data=count.encode(),
+            headers={"Content-Type": "text/plain"},
+            method="POST",
+        )
+        with urllib.request.urlopen(request, timeout=10):
+            pass
+
     def stop(self) -> None:
         if self.process.poll() is not None:
             return
@@ -151,6 +179,12 @@ class CountingProxy:
         self.inject: dict[str, list[tuple[int, str]]] = collections.defaultdict(list)
         #: The access key id that signed each request ("" when unsigned).
         self.access_keys: list[str] = []
+        #: The same, by operation.
+        self.signers: dict[str, list[str]] = collections.defaultdict(list)
+        #: Query-protocol (STS) request fields by operation: {field: [values]}.
+        self.forms: dict[str, list[dict[str, list[str]]]] = collections.defaultdict(list)
+        #: Edits of moto's answers, by operation (e.g. an earlier credentials expiry).
+        self.rewrite: dict[str, Callable[[bytes], bytes]] = {}
         #: Seconds each forwarded request is held (makes concurrency observable).
         self.delay = 0.0
         #: Most requests in flight at once.
@@ -181,7 +215,10 @@ class CountingProxy:
         with contextlib.suppress(ValueError):
             self.bodies[op].append(json.loads(body or b"null"))
         self.access_keys.append(_access_key(request.headers.get("Authorization", "")))
+        self.signers[op].append(self.access_keys[-1])
         query = "X-Amz-Target" not in request.headers  # STS: query protocol, XML errors
+        if query:
+            self.forms[op].append(urllib.parse.parse_qs(body.decode(errors="replace")))
         if self.inject.get(op):
             status, code = self.inject[op].pop(0)
             return _aws_error(status, code, "injected by the test", query)
@@ -196,17 +233,21 @@ class CountingProxy:
         try:
             if self.delay:
                 await asyncio.sleep(self.delay)
-            return await self._forward(request, body)
+            return await self._forward(request, body, self.rewrite.get(op))
         finally:
             self._inflight -= 1
 
-    async def _forward(self, request: web.Request, body: bytes) -> web.Response:
+    async def _forward(
+        self, request: web.Request, body: bytes, edit: Callable[[bytes], bytes] | None = None
+    ) -> web.Response:
         assert self._http is not None
         headers = {k: v for k, v in request.headers.items() if k.lower() != "host"}
         async with self._http.request(
             request.method, self.target + request.path_qs, data=body, headers=headers
         ) as upstream:
             payload = await upstream.read()
+            if edit is not None:
+                payload = edit(payload)
             keep = {
                 k: v
                 for k, v in upstream.headers.items()

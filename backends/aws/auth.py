@@ -7,24 +7,26 @@ Three ways, chosen per class:
     for the ServiceAccount's `eks.amazonaws.com/role-arn` annotation.
   - The node's own credentials (the provider's default chain): only for namespaces listed in
     --allow-node-identity-namespaces, because a pod author can leave every parameter out.
-Credentials are cached per identity key until shortly before they expire, so a rollout of many
-pods under one ServiceAccount logs in once.
+Then, when the class names `assumeRoleArn`, that role is assumed with those credentials
+(backends/aws/chaining.py). Credentials are cached per identity key until shortly before they
+expire, so a rollout of many pods under one ServiceAccount logs in once.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import logging
 import re
 import time
 from dataclasses import dataclass, field
-from datetime import datetime
 from typing import Any, Literal
 
-from backends.aws.clients import ClientPool, Credentials
-from backends.aws.errors import translated
+from backends.aws.chaining import Chainer
+from backends.aws.clients import ClientPool, Credentials, epoch, sts_credentials
+from backends.aws.errors import STALE_CREDENTIALS, AwsDenied, translated
 from backends.aws.options import POD_IDENTITY_IPV4, POD_IDENTITY_IPV6, Options
-from backends.aws.refs import AwsStore
+from backends.aws.refs import AssumeRole, AwsStore
 from backends.proxies import Proxies, proxied_requests
 from backends.wire import MAX_SMALL_BODY, read_capped
 from provider.core.backend import BackendEnv
@@ -57,13 +59,29 @@ class Login:
     role_arn: str = ""
     session_name: str = ""
     token: str = field(default="", repr=False)
+    #: The identity key of the first hop's credentials ("" = the identity's own key).
+    base_key: str = ""
+    #: The role assumed next with them (`assumeRoleArn`), if any.
+    assume: AssumeRole | None = None
 
     def describe(self, subject: str) -> str:
+        then = f", then role {self.assume.role_arn}" if self.assume else ""
+        return self.first_hop(subject) + then
+
+    def first_hop(self, subject: str) -> str:
         if self.kind == "irsa":
             return f"{subject} as role {self.role_arn}"
         if self.kind == "pod-identity":
             return f"{subject} via EKS Pod Identity"
         return f"{subject} with the node's credentials"
+
+    def principal(self, subject: str) -> str:
+        """Who the second role's trust policy must trust."""
+        if self.kind == "irsa":
+            return f"role {self.role_arn}"
+        if self.kind == "pod-identity":
+            return f"the EKS Pod Identity role of ServiceAccount {subject}"
+        return "the node's own role"
 
 
 class Authenticator:
@@ -71,6 +89,7 @@ class Authenticator:
         self._env = env
         self._options = options
         self._pool = pool
+        self._chainer = Chainer(env, pool)
         self._annotations: ExpiringCache[str] = ExpiringCache(max_entries=4096)
         # The agent is called as the AWS SDKs call a credentials endpoint: through HTTP_PROXY
         # unless NO_PROXY lists it (with a proxy, list 169.254.170.23 and fd00:ec2::23 there).
@@ -81,26 +100,33 @@ class Authenticator:
         auth = {"irsa": f"irsa:{login.role_arn}", "node": "node"}.get(
             login.kind, f"pod-identity:{store.address_type}"
         )
-        key = identity_key(
-            "aws", store.region, store.failover_region or "-", auth, pod_scope(self._env, pod)
-        )
+        where = (store.region, store.failover_region or "-")
+        scope = pod_scope(self._env, pod)
+        base_key = identity_key("aws", *where, auth, scope)
+        if store.assume_role is None:
+            return Identity(key=base_key, subject=pod.subject, credential=login)
+        # The second role, its external id, tags and duration are part of the key: two classes
+        # with different chains never share credentials (the first hop they may share).
+        key = identity_key("aws", *where, auth, store.assume_role.key_part, scope)
+        login = dataclasses.replace(login, base_key=base_key, assume=store.assume_role)
         return Identity(key=key, subject=pod.subject, credential=login)
 
     async def _login(self, store: AwsStore, pod: Pod) -> Login:
+        session = _session_name(pod)
         if store.use_pod_identity:
             token = await pod_token(self._env, pod, POD_IDENTITY_AUDIENCE)
-            return Login("pod-identity", token=token)
+            return Login("pod-identity", session_name=session, token=token)
         role = store.role_arn or await self._annotated_role(pod)
         if role:
             token = await pod_token(self._env, pod, IRSA_AUDIENCE)
-            return Login("irsa", role, _session_name(pod), token)
+            return Login("irsa", role, session, token)
         require_node_identity(
             self._env,
             pod,
             f"The AWS class (no roleArn parameter, no {ROLE_ANNOTATION} annotation on "
             f"ServiceAccount {pod.subject}, usePodIdentity not set)",
         )
-        return Login("node")
+        return Login("node", session_name=session)
 
     async def _annotated_role(self, pod: Pod) -> str:
         async def load() -> tuple[str, float]:
@@ -125,6 +151,36 @@ class Authenticator:
     ) -> Credentials | None:
         login = identity.credential
         assert isinstance(login, Login)
+        base = await self._first_hop(store, login, identity, ctx)
+        role = login.assume
+        if role is None:
+            return base
+
+        async def chained(first: Credentials | None) -> Credentials:
+            principal = login.principal(identity.subject)
+            who = login.first_hop(identity.subject)
+            return await self._chainer.assume(
+                store, role, first, login.session_name, who, principal, ctx
+            )
+
+        async def load() -> tuple[Credentials, float]:
+            try:
+                creds = await chained(base)
+            except AwsDenied as exc:
+                if base is None or exc.aws_code not in STALE_CREDENTIALS:
+                    raise
+                # The first hop's credentials went stale before we thought: once more, fresh.
+                self._env.credentials.invalidate(login.base_key, base)
+                creds = await chained(await self._first_hop(store, login, identity, ctx))
+            return creds, _ttl(creds)
+
+        creds: Credentials = await self._env.credentials.get_or_load(identity.key, load)
+        return creds
+
+    async def _first_hop(
+        self, store: AwsStore, login: Login, identity: Identity, ctx: FetchContext
+    ) -> Credentials | None:
+        """The pod's own credentials (None: the node's, which the SDK finds itself)."""
         if login.kind == "node":
             return None
 
@@ -139,7 +195,9 @@ class Authenticator:
                 creds = await self._env.retry(from_agent, ctx)
             return creds, _ttl(creds)
 
-        creds: Credentials = await self._env.credentials.get_or_load(identity.key, load)
+        creds: Credentials = await self._env.credentials.get_or_load(
+            login.base_key or identity.key, load
+        )
         return creds
 
     def forget(self, identity: Identity, stale: Credentials | None) -> None:
@@ -172,19 +230,13 @@ class Authenticator:
         )
         operation = "AssumeRoleWithWebIdentity"
         with self._env.metrics.backend_call("aws", operation), translated(what, hint):
-            client = await self._pool.get("sts", region, None)
+            client = await self._pool.get("sts", region, None, unsigned=True)
             response = await client.assume_role_with_web_identity(
                 RoleArn=login.role_arn,
                 RoleSessionName=login.session_name,
                 WebIdentityToken=login.token,
             )
-            raw = response["Credentials"]
-            return Credentials(
-                access_key_id=raw["AccessKeyId"],
-                secret_access_key=raw["SecretAccessKey"],
-                session_token=raw.get("SessionToken", ""),
-                expires=_epoch(raw.get("Expiration")),
-            )
+            return sts_credentials(response["Credentials"])
 
     async def _pod_identity(self, store: AwsStore, login: Login, subject: str) -> Credentials:
         endpoints = self._agent_endpoints(store)
@@ -248,21 +300,10 @@ def _agent_credentials(data: Any, what: str) -> Credentials:
             access_key_id=str(data["AccessKeyId"]),
             secret_access_key=str(data["SecretAccessKey"]),
             session_token=str(data.get("Token", "")),
-            expires=_epoch(data.get("Expiration")),
+            expires=epoch(data.get("Expiration")),
         )
     except (KeyError, TypeError, AttributeError):
         raise StoreUnavailable(f"{what}: the answer holds no credentials") from None
-
-
-def _epoch(value: Any) -> float:
-    if isinstance(value, datetime):
-        return value.timestamp()
-    if isinstance(value, str) and value:
-        try:
-            return datetime.fromisoformat(value.replace("Z", "+00:00")).timestamp()
-        except ValueError:
-            return 0.0
-    return 0.0
 
 
 def _ttl(creds: Credentials) -> float:

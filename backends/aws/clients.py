@@ -13,6 +13,7 @@ import hashlib
 import time
 from collections import OrderedDict
 from dataclasses import dataclass, field
+from datetime import datetime
 from typing import Any
 
 from backends.aws.options import Options, endpoint_map
@@ -41,6 +42,28 @@ class Credentials:
         return digest.hexdigest()[:24]
 
 
+def sts_credentials(raw: Any) -> Credentials:
+    """The `Credentials` member of an STS answer (AssumeRole, AssumeRoleWithWebIdentity)."""
+    return Credentials(
+        access_key_id=raw["AccessKeyId"],
+        secret_access_key=raw["SecretAccessKey"],
+        session_token=raw.get("SessionToken", ""),
+        expires=epoch(raw.get("Expiration")),
+    )
+
+
+def epoch(value: Any) -> float:
+    """An expiry as seconds since the epoch: botocore's datetime or the agent's ISO text."""
+    if isinstance(value, datetime):
+        return value.timestamp()
+    if isinstance(value, str) and value:
+        try:
+            return datetime.fromisoformat(value.replace("Z", "+00:00")).timestamp()
+        except ValueError:
+            return 0.0
+    return 0.0
+
+
 class ClientPool:
     def __init__(self, options: Options) -> None:
         self._options = options
@@ -56,16 +79,21 @@ class ClientPool:
             return self._options.sts_endpoint
         return self._endpoints.get(region)
 
-    async def get(self, service: str, region: str, creds: Credentials | None) -> Any:
+    async def get(
+        self, service: str, region: str, creds: Credentials | None, *, unsigned: bool = False
+    ) -> Any:
+        """A client signing with `creds` (None: the provider's own chain), or none (`unsigned`:
+        AssumeRoleWithWebIdentity, where the pod's token is the credential)."""
         endpoint = self.endpoint(service, region)
-        key = (service, region, endpoint or "", creds.fingerprint if creds else "node")
+        signer = "unsigned" if unsigned else (creds.fingerprint if creds else "node")
+        key = (service, region, endpoint or "", signer)
         async with self._lock:  # concurrent first calls share one client
             entry = self._clients.get(key)
             if entry is not None:
                 self._clients.move_to_end(key)
                 return entry[1]
             await self._close_retired(time.monotonic() - RETIRE_AFTER)
-            context = self._create(service, region, endpoint, creds)
+            context = self._create(service, region, endpoint, None if unsigned else creds, unsigned)
             client = await context.__aenter__()
             self._clients[key] = (context, client)
             while len(self._clients) > MAX_CLIENTS:
@@ -73,7 +101,9 @@ class ClientPool:
                 self._retired.append((time.monotonic(), old))
             return client
 
-    def _create(self, service: str, region: str, endpoint: str | None, creds: Any) -> Any:
+    def _create(
+        self, service: str, region: str, endpoint: str | None, creds: Any, unsigned: bool
+    ) -> Any:
         from aiobotocore.config import AioConfig
         from aiobotocore.session import get_session
         from botocore import UNSIGNED
@@ -88,8 +118,7 @@ class ClientPool:
             "max_pool_connections": max(10, self._options.max_concurrency),
         }
         kwargs: dict[str, Any] = {"region_name": region, "endpoint_url": endpoint}
-        if service == "sts":
-            # AssumeRoleWithWebIdentity is unsigned: the pod's token is the credential.
+        if unsigned:
             config["signature_version"] = UNSIGNED
         elif creds is not None:
             kwargs.update(

@@ -8,6 +8,10 @@ parameters:
   usePodIdentity: "true"          # EKS Pod Identity instead of IRSA
   preferredAddressType: ipv4      # Pod Identity agent address: auto | ipv4 | ipv6
   roleArn: arn:aws:iam::111122223333:role/app   # ours; default: the SA annotation
+  assumeRoleArn: arn:aws:iam::444455556666:role/secrets   # then assume this role (upstream PR #555)
+  assumeRoleExternalId: team-a-7f3c         # sent with it (upstream PR #555); shown nowhere
+  assumeRoleDurationSeconds: "3600"         # 900..3600 (upstream PR #555)
+  assumeRoleSessionTags: "{team: payments}" # ours: session tags (needs sts:TagSession)
   objects: |
     - objectName: MySecret
       objectType: secretsmanager  # or ssmparameter; optional for an ARN
@@ -18,7 +22,8 @@ parameters:
 
 Every rule of the upstream descriptor applies; where upstream stops at the first problem, we
 collect them all. Each jmesPath entry becomes its own ObjectSpec sharing the object's `ref`, so
-one read serves the whole secret and every extracted file.
+one read serves the whole secret and every extracted file. The assumeRole* keys are parsed in
+backends/aws/roles.py.
 """
 
 from __future__ import annotations
@@ -32,6 +37,7 @@ import yaml
 from backends.aws.descriptors import parse_object
 from backends.aws.options import Options
 from backends.aws.refs import AwsRef, AwsStore, Target
+from backends.aws.roles import ASSUME_KEYS, ROLE_ARN, parse_assume_role
 from provider.core.boundedyaml import load_yaml
 from provider.core.model import ObjectSpec, ParseContext, StorePlan
 from provider.core.parsing import Problems, expect_list, go_bool, unique_names
@@ -47,6 +53,7 @@ KEYS = frozenset(
         "usePodIdentity",
         "preferredAddressType",
         "roleArn",
+        *ASSUME_KEYS,
     }
 )
 #: Upstream keys (of forks and newer releases) we refuse by name rather than ignore.
@@ -54,7 +61,6 @@ REFUSED_KEYS = {"joinName": "use the top-level 'templates' parameter to join obj
 # Upstream passes any region name to the SDK (its tests use "fakeRegion"); the name becomes a
 # host name label, so what botocore itself accepts (its validate_region_name) is let through.
 _REGION = re.compile(r"^[a-zA-Z0-9](?:[a-zA-Z0-9\-]{0,61}[a-zA-Z0-9])?$")
-_ROLE_ARN = re.compile(r"^arn:[\w-]+:iam::\d{12}:role/[\w+=,.@/-]+$")
 
 
 def parse(params: Mapping[str, str], ctx: ParseContext[Options]) -> StorePlan[AwsStore, AwsRef]:
@@ -99,7 +105,7 @@ def _parse_store(
     if failover and failover == region:
         problems.add(f"failoverRegion: {failover!r} is the primary region; name another region")
     role_arn = params.get("roleArn", "").strip()
-    if role_arn and not _ROLE_ARN.match(role_arn):
+    if role_arn and not ROLE_ARN.match(role_arn):
         problems.add(
             f"roleArn: {role_arn!r} is not an IAM role ARN (arn:aws:iam::111122223333:role/name)"
         )
@@ -117,7 +123,8 @@ def _parse_store(
             f"{params['preferredAddressType']!r}"
         )
         address = "auto"
-    return AwsStore(region, failover, role_arn, use_pod_identity, address)  # type: ignore[arg-type]
+    assume_role = parse_assume_role(params, role_arn, problems)
+    return AwsStore(region, failover, role_arn, use_pod_identity, address, assume_role)  # type: ignore[arg-type]
 
 
 def _parse_translation(text: str, problems: Problems) -> str | None:

@@ -39,7 +39,10 @@ class Options:
     )
     sts_endpoint: str | None = field(
         default=None,
-        metadata={"help": "STS endpoint for AssumeRoleWithWebIdentity (default: regional STS)"},
+        metadata={
+            "help": "STS endpoint for AssumeRoleWithWebIdentity and assumeRoleArn's AssumeRole "
+            "(default: regional STS)"
+        },
     )
     pod_identity_endpoint: str | None = field(
         default=None,

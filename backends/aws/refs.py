@@ -5,12 +5,64 @@ Frozen and hashable: the core keys caches and de-duplicates reads by them.
 
 from __future__ import annotations
 
+import hashlib
 from dataclasses import dataclass
-from typing import Literal
+from typing import Any, Literal
 
 from provider.core.model import hashed_once
 
 Service = Literal["secretsmanager", "ssm"]
+
+
+class Hidden:
+    """A value sent to AWS and shown nowhere else (an external id): reprs, `check --json` and
+    messages say only that it is set, with a short digest to tell two classes' values apart."""
+
+    __slots__ = ("value",)
+
+    def __init__(self, value: str) -> None:
+        self.value = value
+
+    @property
+    def digest(self) -> str:
+        return hashlib.sha256(self.value.encode()).hexdigest()[:12]
+
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, Hidden) and other.value == self.value
+
+    def __hash__(self) -> int:
+        return hash(("hidden", self.value))
+
+    def __repr__(self) -> str:
+        return f"Hidden(sha256:{self.digest})"
+
+    def __str__(self) -> str:
+        return f"set (sha256:{self.digest})"
+
+    def __deepcopy__(self, memo: Any) -> Hidden:
+        return self  # dataclasses.asdict copies fields: keep this one opaque
+
+
+@dataclass(frozen=True)
+class AssumeRole:
+    """The role assumed with the pod's own credentials after its login (role chaining)."""
+
+    role_arn: str
+    external_id: Hidden | None = None
+    session_tags: tuple[tuple[str, str], ...] = ()
+    #: 0: STS's default (one hour, the most a chained role session may last).
+    duration_seconds: int = 0
+
+    @property
+    def key_part(self) -> str:
+        """Its part of the identity key: the role, and a digest of everything else it sends
+        (two classes that differ in external id, tags or duration never share credentials)."""
+        digest = hashlib.sha256()
+        digest.update((self.external_id.value if self.external_id else "").encode() + b"\0")
+        for key, value in self.session_tags:
+            digest.update(key.encode() + b"\0" + value.encode() + b"\0")
+        digest.update(str(self.duration_seconds).encode())
+        return f"assume:{self.role_arn}#{digest.hexdigest()[:16]}"
 
 
 @dataclass(frozen=True)
@@ -22,6 +74,8 @@ class AwsStore:
     role_arn: str = ""
     use_pod_identity: bool = False
     address_type: Literal["auto", "ipv4", "ipv6"] = "auto"
+    #: A second role assumed with the first's credentials (`assumeRoleArn`, cross-account).
+    assume_role: AssumeRole | None = None
 
     @property
     def regions(self) -> tuple[str, ...]:
@@ -30,7 +84,8 @@ class AwsStore:
     def describe(self) -> str:
         """Regions and role, as the audit trail names the store."""
         where = ",".join(self.regions)
-        return f"aws {where}" + (f" as {self.role_arn}" if self.role_arn else "")
+        text = f"aws {where}" + (f" as {self.role_arn}" if self.role_arn else "")
+        return text + (f" then {self.assume_role.role_arn}" if self.assume_role else "")
 
 
 @dataclass(frozen=True)

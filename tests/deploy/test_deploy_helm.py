@@ -412,7 +412,11 @@ EVERY_VALUE: list[tuple[dict[str, Any], str, Any]] = [
         "https://k8s.example:443",
     ),
     ({"azure": {"sniName": "a1b2.ests.aks"}}, "azure__sni_name", "a1b2.ests.aks"),
-    ({"azure": {"tokenProxyCaFile": "/etc/ca/k.pem"}}, "azure__token_proxy_ca_file", "/etc/ca/k.pem"),
+    (
+        {"azure": {"tokenProxyCaFile": "/etc/ca/k.pem"}},
+        "azure__token_proxy_ca_file",
+        "/etc/ca/k.pem",
+    ),
     ({"extraArgs": ["--kube-api-url=https://k8s:6443"]}, "kube_api_url", "https://k8s:6443"),
     ({"lifetimes": {"renewAt": "1/2"}}, "renew_at", 0.5),
     ({"lifetimes": {"leaseIdleAfter": 300}}, "lease_idle_after", 300.0),

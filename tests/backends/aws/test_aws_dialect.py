@@ -320,6 +320,10 @@ def test_aws_no_parameter_is_an_endpoint() -> None:
         "usePodIdentity",
         "preferredAddressType",
         "roleArn",
+        "assumeRoleArn",
+        "assumeRoleExternalId",
+        "assumeRoleDurationSeconds",
+        "assumeRoleSessionTags",
     } == KEYS
 
 
@@ -342,6 +346,7 @@ def test_aws_regions_cannot_carry_url_parts(key: str, value: str) -> None:
         "https://sts.evil.example/",
     ],
 )
-def test_aws_role_arn_is_an_arn_not_a_url(arn: str) -> None:
-    with pytest.raises(InvalidParameters, match=r"roleArn: .* is not an IAM role ARN"):
-        parse({"region": "us-east-1", "objects": f"- {{{OBJ}}}", "roleArn": arn}, ONLINE)
+@pytest.mark.parametrize("key", ["roleArn", "assumeRoleArn"])
+def test_aws_role_arn_is_an_arn_not_a_url(arn: str, key: str) -> None:
+    with pytest.raises(InvalidParameters, match=rf"^{key}: .* is not an IAM role ARN"):
+        parse({"region": "us-east-1", "objects": f"- {{{OBJ}}}", key: arn}, ONLINE)
