@@ -6,6 +6,13 @@ from `server_tls`, through --azure-ca-file). Key Vault calls follow the challeng
 without a bearer token gets 401 with `WWW-Authenticate: Bearer authorization=..., resource=...`;
 every other call must carry a token this server issued, for the vault's tenant and resource, and
 is answered per principal (the client id the token was issued to) from the vault's access list.
+
+`GET /secrets` lists a vault's secrets as Key Vault does (selectors, backends/azure/listing.py):
+`maxresults` (at most 25) a page, a `nextLink` to the next, each item its id without a version,
+the current version's attributes, its tags and contentType, and `managed` for a certificate's
+secret; a principal may list when its access is "*" or it is one of the vault's `listers`.
+`list_forever` answers empty pages with a next link for ever; `next_link_host` sends the next
+page elsewhere (hostile servers); `gone` objects are listed but not found when read.
 """
 
 from __future__ import annotations
@@ -17,6 +24,7 @@ import ssl
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
+from urllib.parse import urlencode
 
 from aiohttp import web
 
@@ -50,6 +58,8 @@ class Vault:
     #: principal (client id) -> readable (type, name) pairs; "*" for everything.
     access: dict[str, set[tuple[str, str]] | str] = field(default_factory=dict)
     objects: dict[tuple[str, str], list[Version]] = field(default_factory=dict)
+    #: Principals that may list the vault's secrets beside those with "*" access.
+    listers: set[str] = field(default_factory=set)
 
     @property
     def url(self) -> str:
@@ -88,12 +98,17 @@ class FakeAzure:
         self.throttle_status = 429
         #: Objects answered 200 with a body that is not JSON (a broken proxy).
         self.garbage: set[tuple[str, str, str]] = set()
+        #: Objects still listed but answered 404 when read (deleted between a listing and a read).
+        self.gone: set[tuple[str, str, str]] = set()
         #: Lifetime of issued access tokens, seconds.
         self.expires_in = 3599
         #: When set, the token endpoint answers this status (an Entra outage).
         self.entra_status: int | None = None
         #: The resource the 401 challenge names (a wrong one must be refused by the SDK).
         self.resource = RESOURCE
+        #: Hostile listings: empty pages with a next link for ever; the next page's host.
+        self.list_forever = False
+        self.next_link_host: str | None = None
         self.calls = Calls()
 
     def vault(self, name: str, tenant: str) -> Vault:
@@ -184,6 +199,8 @@ class FakeAzure:
                 headers={"WWW-Authenticate": challenge},
             )
         self.calls.vault.append((name, request.path, principal))
+        if request.path.rstrip("/") == "/secrets" and request.method == "GET":
+            return self._list(vault, principal, request)
         m = re.fullmatch(r"/(secrets|keys|certificates)/([^/]+)(?:/([^/]*))?/?", request.path)
         if not m or request.method != "GET":
             return _error(400, "BadParameter", "unsupported request")
@@ -205,7 +222,7 @@ class FakeAzure:
             headers = {"Retry-After": self.retry_after}
             return _error(self.throttle_status, "Throttled", "Too many requests", headers)
         versions = vault.objects.get((kind, obj))
-        if not versions:
+        if not versions or (name, kind, obj) in self.gone:
             return _error(
                 404, f"{kind.title()}NotFound", f"A {kind} with (name/id) {obj} was not found"
             )
@@ -227,6 +244,45 @@ class FakeAzure:
         return web.json_response(
             {**self._item(vault, kind, obj, chosen), **_body(vault, kind, obj, chosen)}
         )
+
+    def _list(self, vault: Vault, principal: str, request: web.Request) -> web.Response:
+        """One page of Key Vault's Get Secrets: ids without versions, no values."""
+        if vault.access.get(principal) != "*" and principal not in vault.listers:
+            return _error(
+                403,
+                "Forbidden",
+                f"The user, group or application 'appid={principal}' does not have secrets list "
+                f"permission on key vault '{vault.name}'.",
+            )
+        try:
+            size = min(25, max(1, int(request.query.get("maxresults", "25"))))
+            start = int(request.query.get("$skiptoken", "0"))
+        except ValueError:
+            return _error(400, "BadParameter", "maxresults and $skiptoken are numbers")
+        names = sorted(n for (kind, n), versions in vault.objects.items() if kind == "secret")
+        page = [] if self.list_forever else names[start : start + size]
+        items = []
+        for secret in page:
+            latest = vault.objects[("secret", secret)][-1]
+            item = {
+                "id": f"{vault.url}/secrets/{secret}",
+                "attributes": {
+                    "enabled": latest.enabled,
+                    "created": latest.created,
+                    "updated": latest.created,
+                },
+                "tags": latest.body.get("tags") or {},
+            }
+            if "contentType" in latest.body:
+                item["contentType"] = latest.body["contentType"]
+            if latest.body.get("certificate_backed"):
+                item["managed"] = True
+            items.append(item)
+        more = self.list_forever or start + size < len(names)
+        query = urlencode({"api-version": request.query.get("api-version", ""), "maxresults": size})
+        base = f"https://{self.next_link_host}" if self.next_link_host else f"{vault.url}:443"
+        following = f"{base}/secrets?{query}&$skiptoken={start + size}" if more else None
+        return web.json_response({"value": items, "nextLink": following})
 
     def _principal(self, vault: Vault, request: web.Request) -> str | None:
         auth = request.headers.get("Authorization", "")

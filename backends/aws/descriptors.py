@@ -12,7 +12,7 @@ from __future__ import annotations
 import re
 from typing import Any
 
-from backends.aws.refs import AwsRef, AwsStore, Service, Target
+from backends.aws.refs import AwsRef, AwsStore, Ref, Service, Target
 from provider.core.model import ObjectSpec, Transforms
 from provider.core.parsing import (
     TRANSFORM_KEYS,
@@ -54,7 +54,7 @@ _BAD_PATH = re.compile(r"(/\.\./)|(^\.\./)|(/\.\.$)")
 
 def parse_object(
     entry: Any, where: str, store: AwsStore, translate: str | None, problems: Problems
-) -> list[ObjectSpec[AwsRef]]:
+) -> list[ObjectSpec[Ref]]:
     obj = expect_map(entry, where, problems)
     if obj is None:
         return []
@@ -91,10 +91,12 @@ def parse_object(
         problems.add(f"{where}: file name {file_name!r} may not contain '../'")
     mode = _parse_mode(obj.get("filePermission"), f"{where}.filePermission", problems)
     ref = AwsRef(service or "secretsmanager", Target(name, version, label), failover)
-    specs = [ObjectSpec(file_name, ref, mode, parse_transforms(obj, where, problems), field)]
+    transforms = parse_transforms(obj, where, problems)
+    specs: list[ObjectSpec[Ref]] = [ObjectSpec(file_name, ref, mode, transforms, field)]
     jmes = expect_list(obj.get("jmesPath"), f"{where}.jmesPath", problems)
     for j, item in enumerate(jmes):
-        spec = _parse_jmes(item, f"{where}.jmesPath[{j}]", ref, translate, problems)
+        where_j = f"{where}.jmesPath[{j}]"
+        spec = _parse_jmes(item, where_j, ref, translate, transforms.optional, problems)
         if spec is not None:
             specs.append(spec)
     return specs
@@ -181,8 +183,15 @@ def _parse_failover(
 
 
 def _parse_jmes(
-    item: Any, where: str, ref: AwsRef, translate: str | None, problems: Problems
-) -> ObjectSpec[AwsRef] | None:
+    item: Any,
+    where: str,
+    ref: AwsRef,
+    translate: str | None,
+    optional: bool,
+    problems: Problems,
+) -> ObjectSpec[Ref] | None:
+    """A file extracted from the object's value: it reads the same secret, so it is optional
+    when the object is (a missing secret leaves out every file made from it)."""
     entry = expect_map(item, where, problems)
     if entry is None:
         return None
@@ -195,7 +204,7 @@ def _parse_jmes(
         check_jmespath(path, f"{where}.path", problems)
     if not (path and alias):
         return None
-    transforms = Transforms(extract=path, parse_as="json")
+    transforms = Transforms(extract=path, parse_as="json", optional=optional)
     file_name = _file_name(alias, translate)
     field = _as_written(f"{where}.objectAlias", alias, file_name)
     return ObjectSpec(file_name, ref, mode, transforms, field)

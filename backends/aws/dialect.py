@@ -19,11 +19,15 @@ parameters:
       objectVersion / objectVersionLabel / filePermission: "0400"
       jmesPath: [{path: '"db-password"', objectAlias: password, filePermission: "0400"}]
       failoverObject: {objectName: ..., objectVersion: ..., objectVersionLabel: ...}
+  select: |                       # ours: every secret by name prefix and tags, or SSM path
+    - namePrefix: app/
+      tags: {team: payments}
+    - {objectType: ssmparameter, path: /app/config, recursive: true, directory: config}
 
 Every rule of the upstream descriptor applies; where upstream stops at the first problem, we
 collect them all. Each jmesPath entry becomes its own ObjectSpec sharing the object's `ref`, so
 one read serves the whole secret and every extracted file. The assumeRole* keys are parsed in
-backends/aws/roles.py.
+backends/aws/roles.py, the `select` entries in backends/aws/selectors.py.
 """
 
 from __future__ import annotations
@@ -36,13 +40,27 @@ import yaml
 
 from backends.aws.descriptors import parse_object
 from backends.aws.options import Options
-from backends.aws.refs import AwsRef, AwsStore, Target
+from backends.aws.refs import AwsRef, AwsSelection, AwsStore, Ref, Target
 from backends.aws.roles import ASSUME_KEYS, ROLE_ARN, parse_assume_role
+from backends.aws.selectors import SELECT_KEYS, selection
 from provider.core.boundedyaml import load_yaml
 from provider.core.model import ObjectSpec, ParseContext, StorePlan
 from provider.core.parsing import Problems, expect_list, go_bool, unique_names
 
-__all__ = ["KEYS", "AwsRef", "AwsStore", "Target", "audiences", "lifetime", "listed", "parse"]
+__all__ = [
+    "KEYS",
+    "SELECT_KEYS",
+    "AwsRef",
+    "AwsSelection",
+    "AwsStore",
+    "Ref",
+    "Target",
+    "audiences",
+    "lifetime",
+    "listed",
+    "parse",
+    "selection",
+]
 
 KEYS = frozenset(
     {
@@ -63,7 +81,7 @@ REFUSED_KEYS = {"joinName": "use the top-level 'templates' parameter to join obj
 _REGION = re.compile(r"^[a-zA-Z0-9](?:[a-zA-Z0-9\-]{0,61}[a-zA-Z0-9])?$")
 
 
-def parse(params: Mapping[str, str], ctx: ParseContext[Options]) -> StorePlan[AwsStore, AwsRef]:
+def parse(params: Mapping[str, str], ctx: ParseContext[Options]) -> StorePlan[AwsStore, Ref]:
     problems = Problems(strict=ctx.strict)
     for key, hint in REFUSED_KEYS.items():
         if params.get(key):
@@ -71,10 +89,11 @@ def parse(params: Mapping[str, str], ctx: ParseContext[Options]) -> StorePlan[Aw
     store = _parse_store(params, ctx, problems)
     translate = _parse_translation(params.get("pathTranslation", ""), problems)
     raw = params.get("objects", "")
-    if not raw.strip():
+    # A class may take all its files from `select` (backends/aws/selectors.py).
+    if not raw.strip() and not params.get("select", "").strip():
         problems.fail("objects is required: a YAML list of {objectName, objectType, ...}")
-    entries = expect_list(load_yaml(raw, "objects"), "objects", problems)
-    specs: list[ObjectSpec[AwsRef]] = []
+    entries = expect_list(load_yaml(raw, "objects"), "objects", problems) if raw.strip() else []
+    specs: list[ObjectSpec[Ref]] = []
     for i, entry in enumerate(entries):
         specs.extend(parse_object(entry, f"objects[{i}]", store, translate, problems))
     unique_names([(s.name, s.field) for s in specs], "file name", problems)
@@ -145,7 +164,7 @@ def audiences(store: AwsStore) -> tuple[str, ...]:
     return ("pods.eks.amazonaws.com",) if store.use_pod_identity else ("sts.amazonaws.com",)
 
 
-def lifetime(ref: AwsRef) -> tuple[str, str] | None:
+def lifetime(ref: Ref) -> tuple[str, str] | None:
     """Its answers are plain secrets: no lease, no certificate issued per read (`check`)."""
     return None
 

@@ -126,6 +126,12 @@ def translate(exc: Exception, what: str, hint: str = "") -> BridgeError:
     return BridgeError(f"{what}: unexpected {type(exc).__name__}")
 
 
+def answered(code: str, what: str, hint: str = "") -> BridgeError:
+    """The error of one item of a batch answer that carries its own AWS error code
+    (BatchGetSecretValue's `Errors`), as a whole call failing with that code would be."""
+    return _client_error({"Error": {"Code": code}, "ResponseMetadata": {}}, what, hint)
+
+
 def _client_error(response: Any, what: str, hint: str) -> BridgeError:
     error = response.get("Error") or {}
     meta = response.get("ResponseMetadata") or {}

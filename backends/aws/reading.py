@@ -113,8 +113,17 @@ class Reader:
                 except TimeoutError:
                     raise DeadlineExceeded(f"{what}: the Mount's deadline passed") from None
 
+    async def in_region(self, index: int, call: Callable[[int], Awaitable[T]]) -> T:
+        """call(index), retried within the Mount's budget in that one region: the reads of a
+        selection go where its listing was answered, whose markers they must match."""
+        return await self._shared.env.retry(lambda: call(index), self._ctx)
+
     def region(self, index: int) -> str:
         return self._store.regions[index]
+
+    def about(self, text: str, index: int) -> str:
+        """`text` with the region and the identity, as every message of a call names them."""
+        return f"{text} in {self.region(index)} (read by {self._who})"
 
     def _what(self, kind: str, target: Target, index: int) -> str:
         selector = target.name

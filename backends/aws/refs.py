@@ -117,3 +117,32 @@ class AwsRef:
         """The name (or ARN) read, and its failover's: never a value."""
         failover = f" (failover {self.failover.describe()})" if self.failover else ""
         return f"{self.service} {self.primary.describe()}{failover}"
+
+
+@hashed_once
+@dataclass(frozen=True)
+class AwsSelection:
+    """A `select` entry: every Secrets Manager secret with a name prefix and all the given tags,
+    or every SSM parameter under a path (backends/aws/selectors.py); at most `limit` of them."""
+
+    service: Service
+    #: Secrets Manager: the name prefix ("" for tags only); SSM: the path.
+    prefix: str
+    #: (key, value) sorted by key; a value of None: the tag key with any value.
+    tags: tuple[tuple[str, str | None], ...] = ()
+    recursive: bool = False
+    limit: int = 100
+
+    def describe(self) -> str:
+        """The filter, never a value."""
+        if self.service == "ssm":
+            return f"ssm path {self.prefix!r}" + (" (recursive)" if self.recursive else "")
+        parts = [f"namePrefix {self.prefix!r}"] if self.prefix else []
+        if self.tags:
+            shown = ", ".join(k if v is None else f"{k}={v}" for k, v in self.tags)
+            parts.append(f"tags {{{shown}}}")
+        return "secretsmanager " + " ".join(parts)
+
+
+#: What an AWS object or selector reads.
+Ref = AwsRef | AwsSelection

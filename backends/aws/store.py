@@ -5,6 +5,7 @@ Manager refs concurrently (both under one per-backend concurrency limit), and an
 Secrets Manager values are remembered for --revalidate-max-age: a repeat fetch within that age
 asks DescribeSecret which version the object names now, and returns the remembered value when it
 is unchanged (DescribeSecret has four times GetSecretValue's quota and returns no secret).
+Selections (`select`) list with metadata and read only what changed (backends/aws/listing.py).
 """
 
 from __future__ import annotations
@@ -17,19 +18,21 @@ from backends.aws import dialect
 from backends.aws.auth import Authenticator
 from backends.aws.clients import ClientPool, Credentials
 from backends.aws.errors import STALE_CREDENTIALS, AwsDenied
+from backends.aws.listing import Selector
 from backends.aws.options import Options
 from backends.aws.reading import Reader, Shared, pack
-from backends.aws.refs import AwsRef, AwsStore
+from backends.aws.refs import AwsRef, AwsSelection, AwsStore, Ref
 from provider.core.backend import Backend, BackendEnv, Dialect
 from provider.core.caching import ExpiringCache
 from provider.core.errors import BridgeError, PermissionDenied
 from provider.core.model import FetchContext, Fetched, Identity, Pod, SecretValue, StorePlan
+from provider.core.selection import Selecting
 
 #: Bounds of the values held for revalidation (they live in memory only).
 HELD_ENTRIES = 10_000
 HELD_BYTES = 64 * 1024 * 1024
 
-Plan = StorePlan[AwsStore, AwsRef]
+Plan = StorePlan[AwsStore, Ref]
 
 
 class AwsBackend:
@@ -50,13 +53,15 @@ class AwsBackend:
         )
         #: (identity key, ref) whose DescribeSecret was denied: not revalidated for a while.
         self._undescribable: ExpiringCache[bool] = ExpiringCache(max_entries=HELD_ENTRIES)
+        #: What each identity's selections held at its last poll (tests read `.selections`).
+        self.selector = Selector()
 
     async def identify(self, plan: Plan, pod: Pod) -> Identity:
         return await self._auth.identify(plan.store, pod)
 
     async def fetch(
-        self, plan: Plan, identity: Identity, refs: Sequence[AwsRef], ctx: FetchContext
-    ) -> Mapping[AwsRef, Fetched]:
+        self, plan: Plan, identity: Identity, refs: Sequence[Ref], ctx: FetchContext
+    ) -> Mapping[Ref, Fetched]:
         store = plan.store
         if not refs:
             return {}
@@ -75,18 +80,22 @@ class AwsBackend:
         store: AwsStore,
         identity: Identity,
         creds: Credentials | None,
-        refs: Sequence[AwsRef],
+        refs: Sequence[Ref],
         ctx: FetchContext,
-    ) -> dict[AwsRef, Fetched]:
+    ) -> dict[Ref, Fetched]:
         reader = Reader(self._shared, store, identity, creds, ctx)
-        ssm = [ref for ref in refs if ref.service == "ssm"]
-        secrets = [ref for ref in refs if ref.service == "secretsmanager"]
-        parameters, values = await asyncio.gather(
+        plain = [ref for ref in refs if isinstance(ref, AwsRef)]
+        chosen = [ref for ref in refs if isinstance(ref, AwsSelection)]
+        ssm = [ref for ref in plain if ref.service == "ssm"]
+        secrets = [ref for ref in plain if ref.service == "secretsmanager"]
+        parameters, values, selected = await asyncio.gather(
             self._parameters(reader, ssm),
             asyncio.gather(*(self._secret(reader, identity, ref) for ref in secrets)),
+            asyncio.gather(*(self.selector.select(reader, store, identity, ref) for ref in chosen)),
         )
-        results: dict[AwsRef, Fetched] = dict(parameters)
+        results: dict[Ref, Fetched] = dict(parameters.items())
         results.update(zip(secrets, values, strict=True))
+        results.update(zip(chosen, selected, strict=True))
         return results
 
     async def _parameters(self, reader: Reader, refs: list[AwsRef]) -> dict[AwsRef, Fetched]:
@@ -139,10 +148,12 @@ def _expired(result: Fetched) -> bool:
     return isinstance(result, AwsDenied) and result.aws_code in STALE_CREDENTIALS
 
 
-def create(env: BackendEnv[Options]) -> Backend[AwsStore, AwsRef]:
+def create(env: BackendEnv[Options]) -> Backend[AwsStore, Ref]:
     """The store's backend, typed as the protocol so that mypy checks it against it."""
     return AwsBackend(env)
 
 
 #: The dialect module, checked by mypy against the Dialect protocol (provider/core/backend.py).
-DIALECT: Dialect[AwsStore, AwsRef, Options] = dialect
+DIALECT: Dialect[AwsStore, Ref, Options] = dialect
+#: ... and against the Selecting protocol (provider/core/selection.py).
+SELECTING: Selecting[AwsStore, Ref] = dialect

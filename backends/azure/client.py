@@ -23,6 +23,7 @@ from typing import Any, TypeVar
 from backends.azure import certs
 from backends.azure.auth import AssertionSource, CheckedCredential, EntraUnavailable
 from backends.azure.objects import AzureRef
+from backends.azure.selectors import AzureSelection
 from provider.core.backend import BackendEnv
 from provider.core.errors import (
     BridgeError,
@@ -52,6 +53,8 @@ _LIST_VERSIONS = {
     "key": "list_properties_of_key_versions",
     "cert": "list_properties_of_certificate_versions",
 }
+#: Secrets per page of a vault listing (Key Vault's default and largest page).
+PAGE_SIZE = 25
 
 
 @dataclass
@@ -125,7 +128,7 @@ class VaultReader:
                 content = binascii.unhexlify(data)
         except (binascii.Error, ValueError):
             raise InvalidParameters(
-                f"{self._where(ref)}: the value is not valid {ref.encoding} (objectEncoding "
+                f"{self.where(ref)}: the value is not valid {ref.encoding} (objectEncoding "
                 f"{ref.encoding}); remove objectEncoding or store the value "
                 f"{ref.encoding}-encoded"
             ) from None
@@ -155,11 +158,31 @@ class VaultReader:
         ordered = [v for _, v in found]
         if ref.version:
             if ref.version not in ordered:
-                raise NotFound(self._where(ref) + f" has no enabled version {ref.version!r}")
+                raise NotFound(self.where(ref) + f" has no enabled version {ref.version!r}")
             ordered = ordered[ordered.index(ref.version) :]
         if not ordered:
-            raise NotFound(self._where(ref) + " has no enabled versions")
+            raise NotFound(self.where(ref) + " has no enabled versions")
         return ordered[: ref.history]
+
+    async def list_page(
+        self, selection: AzureSelection, link: str | None
+    ) -> tuple[list[Any], str | None]:
+        """One page of the vault's secrets (their properties: no values), from the start or
+        from a page's `nextLink`, and the next page's link (None at the end). One page per call
+        so that each is retried alone and the caller bounds how many it reads."""
+        client = await self._s.client("secret")
+
+        async def page() -> tuple[list[Any], str | None]:
+            pages = client.list_properties_of_secrets(max_page_size=PAGE_SIZE).by_page(link)
+            items = [p async for p in await anext(pages)]
+            return items, pages.continuation_token
+
+        async def attempt() -> tuple[list[Any], str | None]:
+            with self._env.metrics.backend_call("azure", "secret.list"):
+                async with self._translated(selection):
+                    return await page()
+
+        return await self._env.retry(attempt, self._ctx)
 
     async def _call(self, ref: AzureRef, operation: str, call: Callable[[], Awaitable[T]]) -> T:
         async def attempt() -> T:
@@ -169,12 +192,18 @@ class VaultReader:
 
         return await self._env.retry(attempt, self._ctx)
 
-    def _where(self, ref: AzureRef) -> str:
+    @property
+    def vault_url(self) -> str:
+        return self._s.vault_url
+
+    def where(self, ref: AzureRef | AzureSelection) -> str:
+        if isinstance(ref, AzureSelection):
+            return f"Key Vault {self._s.vault_name}: {ref.describe()}"
         version = f" (version {ref.version})" if ref.version else ""
         return f"Key Vault {self._s.vault_name}: {ref.object_type} {ref.name!r}{version}"
 
     @asynccontextmanager
-    async def _translated(self, ref: AzureRef) -> AsyncIterator[None]:
+    async def _translated(self, ref: AzureRef | AzureSelection) -> AsyncIterator[None]:
         """THE translation of Azure SDK exceptions into provider errors for this backend."""
         from azure.core.exceptions import (
             AzureError,
@@ -187,36 +216,40 @@ class VaultReader:
             async with asyncio.timeout(max(0.0, self._ctx.deadline - time.monotonic())):
                 yield
         except EntraUnavailable as exc:
-            raise StoreUnavailable(f"{self._where(ref)}: {exc}") from None
+            raise StoreUnavailable(f"{self.where(ref)}: {exc}") from None
         except BridgeError:
             raise
         except TimeoutError:
-            raise DeadlineExceeded(self._where(ref) + ": the Mount's deadline passed") from None
+            raise DeadlineExceeded(self.where(ref) + ": the Mount's deadline passed") from None
         except certs.ConversionError as exc:
-            raise InvalidParameters(f"{self._where(ref)}: {exc}") from None
+            raise InvalidParameters(f"{self.where(ref)}: {exc}") from None
         except DecodeError:
             # 200 with a body that is not Key Vault's JSON: a proxy or captive portal in between.
             raise StoreUnavailable(
-                f"{self._where(ref)}: the answer was not Key Vault JSON"
+                f"{self.where(ref)}: the answer was not Key Vault JSON"
             ) from None
         except HttpResponseError as exc:
             raise self._http_error(ref, exc) from None
         except ServiceRequestError as exc:
-            raise StoreUnavailable(f"{self._where(ref)}: unreachable: {scrub(exc)}") from None
+            raise StoreUnavailable(f"{self.where(ref)}: unreachable: {scrub(exc)}") from None
         except AzureError as exc:
-            raise StoreUnavailable(f"{self._where(ref)}: {scrub(exc)}") from None
+            raise StoreUnavailable(f"{self.where(ref)}: {scrub(exc)}") from None
         except ValueError as exc:
             # The SDK refuses to send a token to a vault whose 401 challenge names a resource
             # outside the vault's domain (a spoofed or misrouted endpoint).
             raise PermissionDenied(
-                f"{self._where(ref)}: refused to authenticate to {self._s.vault_url}: "
+                f"{self.where(ref)}: refused to authenticate to {self._s.vault_url}: "
                 f"{scrub(str(exc).split('. Pass')[0])}; check cloudName and the vault DNS suffix"
             ) from None
 
-    def _http_error(self, ref: AzureRef, exc: Any) -> BridgeError:
+    def _http_error(self, ref: AzureRef | AzureSelection, exc: Any) -> BridgeError:
         status = exc.status_code or 0
-        where, who = self._where(ref), self._identity.subject
+        where, who = self.where(ref), self._identity.subject
         text = f"{status} {error_codes(exc)}".strip()
+        if isinstance(ref, AzureSelection):
+            return self._listing_error(where, who, text, exc) or self._status_error(
+                where, text, exc
+            )
         if status == 404:
             return NotFound(f"{where} does not exist ({text}); check objectName and objectType")
         if status in (401, 403):
@@ -225,6 +258,24 @@ class VaultReader:
                 f"the {_ROLE[ref.object_type]} role on the vault, or the matching access policy"
                 + ("; version history also needs list permission" if ref.history else "")
             )
+        return self._status_error(where, text, exc)
+
+    def _listing_error(self, where: str, who: str, text: str, exc: Any) -> BridgeError | None:
+        status = exc.status_code or 0
+        if status in (401, 403):
+            return PermissionDenied(
+                f"{where}: {who} may not list the vault's secrets ({text}); grant the pod's "
+                "identity the Key Vault Secrets User role on the vault (it allows list and get), "
+                "or an access policy with secret list and get"
+            )
+        if 400 <= status < 500 and status != 429:
+            # Never NotFound: an optional selector would then be an empty one.
+            return InvalidParameters(f"{where}: Key Vault refused the listing ({text})")
+        return None
+
+    def _status_error(self, where: str, text: str, exc: Any) -> BridgeError:
+        """Redirects, throttling, outages and other refusals, the same for every call."""
+        status = exc.status_code or 0
         if 300 <= status < 400:
             error = StoreUnavailable(
                 f"{where}: {self._s.vault_url} answered {status}, a redirect, which "

@@ -14,10 +14,15 @@
             objectType: secret     # secret | key | cert
             objectAlias: db.txt
             objectVersionHistory: 3
+      select: |                   # ours: every enabled secret by name prefix and tags
+        - namePrefix: app-
+          tags: {team: payments}
+          directory: app
 
 `objects` keeps the upstream shape — a YAML map whose `array` is a list of YAML *strings*, one
 object each — so a class moves over unchanged. Nothing here reads files: `cloudEnvFileName`
 names a file on the node that `store.py` reads when it authenticates (`check` stays offline).
+A class with `select` (backends/azure/selectors.py) may list no objects.
 """
 
 from __future__ import annotations
@@ -25,13 +30,15 @@ from __future__ import annotations
 import re
 from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Any, Literal
+from typing import Any, Literal, cast
 
 import yaml
 
+from backends.azure import selectors
 from backends.azure.objects import AzureRef, parse_objects
 from backends.azure.options import Options
-from provider.core.model import ParseContext, StorePlan
+from backends.azure.selectors import AzureSelection
+from provider.core.model import ObjectSpec, ParseContext, StorePlan
 from provider.core.parsing import (
     Problems,
     go_bool,
@@ -61,6 +68,10 @@ AUDIENCES: dict[str, str] = {
     "workload-identity": "api://AzureADTokenExchange",
     "identity-binding": "api://AKSIdentityBinding",
 }
+#: The filter keys of a `select` entry (backends/azure/selectors.py).
+SELECT_KEYS = selectors.SELECT_KEYS
+#: What an Azure object or selector reads.
+Ref = AzureRef | AzureSelection
 #: Upstream's identity switches, of which at most one may be "true" (provider.go).
 _SWITCHES = ("usePodIdentity", "useVMManagedIdentity", "useAzureTokenProxy")
 
@@ -111,16 +122,26 @@ class AzureStore:
         return f"azure key vault {self.vault_name} ({self.cloud}, tenant {self.tenant_id})"
 
 
-def parse(params: Mapping[str, str], ctx: ParseContext[Options]) -> StorePlan[AzureStore, AzureRef]:
+def parse(params: Mapping[str, str], ctx: ParseContext[Options]) -> StorePlan[AzureStore, Ref]:
     problems = Problems(strict=ctx.strict)
     store = _parse_store(params, problems)
-    specs = parse_objects(params.get("objects", ""), ctx, problems)
+    required = not params.get("select", "").strip()
+    specs = parse_objects(params.get("objects", ""), ctx, problems, required=required)
     unique_names(
         [(s.name, s.field) for s in specs], "file name (objectAlias or objectName)", problems
     )
     problems.raise_if_any()
     assert store is not None
-    return StorePlan("azure", store, tuple(specs), tuple(problems.warnings))
+    # ObjectSpec is invariant in its ref: the objects' AzureRefs as the class's Ref.
+    objects = cast(tuple[ObjectSpec[Ref], ...], tuple(specs))
+    return StorePlan("azure", store, objects, tuple(problems.warnings))
+
+
+def selection(
+    entry: Mapping[str, Any], store: AzureStore, limit: int, where: str, problems: Problems
+) -> AzureSelection | None:
+    """A `select` entry: `namePrefix` and `tags` (backends/azure/selectors.py)."""
+    return selectors.selection(entry, limit, where, problems)
 
 
 def _parse_store(params: Mapping[str, str], problems: Problems) -> AzureStore | None:
@@ -231,7 +252,7 @@ def audiences(store: AzureStore) -> tuple[str, ...]:
     return (audience,) if audience else ()
 
 
-def lifetime(ref: AzureRef) -> tuple[str, str] | None:
+def lifetime(ref: Ref) -> tuple[str, str] | None:
     """Its answers are plain secrets: no lease, no certificate issued per read (`check`)."""
     return None
 

@@ -79,17 +79,22 @@ class AzureRef:
 
 
 def parse_objects(
-    raw: str, ctx: ParseContext[Any], problems: Problems
+    raw: str, ctx: ParseContext[Any], problems: Problems, *, required: bool = True
 ) -> list[ObjectSpec[AzureRef]]:
+    """The class's objects; none at all only when not `required` (a class with `select`)."""
     if not raw.strip():
-        problems.add("objects is required: a YAML map with `array:`, a list of object strings")
+        if required:
+            problems.add(
+                "objects is required: a YAML map with `array:`, a list of object strings "
+                "(or `select`, selectors of secrets by name prefix and tags)"
+            )
         return []
     doc = load_yaml(raw, "objects")
     if not isinstance(doc, dict) or "array" not in doc:
         problems.add("objects: expected a YAML map with an `array:` list of object strings")
         return []
     entries = expect_list(doc["array"], "objects.array", problems)
-    if not entries:
+    if not entries and required:
         problems.add("objects.array is empty: list at least one object")
     if len(entries) > ctx.max_objects:
         problems.add(

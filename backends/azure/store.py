@@ -3,23 +3,28 @@
 Per identity key one `VaultSession` (credential + an aio client per object type it reads) is
 cached in `env.credentials`; the SDK credential inside keeps its Entra token until shortly
 before it expires, so a rollout of many pods with one service account logs in once.
+
+A selection (`select`) is the vault's listing, matched as it arrives (listing.py), and a GET of
+each matched secret whose marker moved since that identity's last poll (`Selections`).
 """
 
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Mapping, Sequence
+from collections.abc import Hashable, Mapping, Sequence
 from typing import Any
 
-from backends.azure import auth, binding, dialect
+from backends.azure import auth, binding, dialect, listing
 from backends.azure.client import VaultReader, VaultSession
-from backends.azure.dialect import AzureStore
+from backends.azure.dialect import AzureStore, Ref
 from backends.azure.objects import AzureRef
 from backends.azure.options import Options
+from backends.azure.selectors import AzureSelection
 from backends.azure.transport import SharedSession
 from provider.core.backend import Backend, BackendEnv, Dialect
 from provider.core.errors import BridgeError
-from provider.core.model import FetchContext, Fetched, Identity, Pod, StorePlan
+from provider.core.model import FetchContext, Fetched, Identity, Pod, SecretValue, StorePlan
+from provider.core.selection import Listed, Selecting, Selections
 
 #: How long a session is reused before it is rebuilt (its credential refreshes tokens itself).
 SESSION_TTL = 3000.0
@@ -27,7 +32,7 @@ SESSION_TTL = 3000.0
 #: (4,000 GETs per 10 s per vault) without serialising one pod's objects.
 MAX_CONCURRENT_READS = 32
 
-Plan = StorePlan[AzureStore, AzureRef]
+Plan = StorePlan[AzureStore, Ref]
 
 
 class AzureBackend:
@@ -38,6 +43,8 @@ class AzureBackend:
         self._proxy = binding.ProxySettings(env.options or Options())
         self._http = SharedSession(env.options, direct=frozenset({self._proxy.host}))
         self._reads = asyncio.Semaphore(MAX_CONCURRENT_READS)
+        #: What each identity's selections held at its last poll.
+        self.selections = Selections()
 
     async def identify(self, plan: Plan, pod: Pod) -> Identity:
         return await auth.identify(self._env, plan.store, pod, self._token_proxy)
@@ -46,8 +53,8 @@ class AzureBackend:
         return await self._proxy.resolve(self._http.resolver())
 
     async def fetch(
-        self, plan: Plan, identity: Identity, refs: Sequence[AzureRef], ctx: FetchContext
-    ) -> Mapping[AzureRef, Fetched]:
+        self, plan: Plan, identity: Identity, refs: Sequence[Ref], ctx: FetchContext
+    ) -> Mapping[Ref, Fetched]:
         store = plan.store
         login: auth.Login = identity.credential  # what auth.identify put there
         session = await self._env.credentials.get_or_load(
@@ -56,9 +63,9 @@ class AzureBackend:
         session.assertion.token = login.assertion
         reader = VaultReader(session, identity, ctx, self._env)
         outcomes = await asyncio.gather(
-            *(self._read(reader, ref) for ref in refs), return_exceptions=True
+            *(self._fetch_one(reader, ref, identity.key) for ref in refs), return_exceptions=True
         )
-        results: dict[AzureRef, Fetched] = {}
+        results: dict[Ref, Fetched] = {}
         for ref, outcome in zip(refs, outcomes, strict=True):
             if isinstance(outcome, auth.LoginRefused | binding.ProxyUntrusted):
                 # A refused login fails the whole Mount; the next one builds a fresh session
@@ -70,9 +77,36 @@ class AzureBackend:
             results[ref] = outcome
         return results
 
-    async def _read(self, reader: VaultReader, ref: AzureRef) -> Fetched:
+    async def _fetch_one(self, reader: VaultReader, ref: Ref, identity_key: str) -> Fetched:
+        if isinstance(ref, AzureSelection):
+            return await self._select(reader, ref, identity_key)
+        return await self._read(reader, ref)
+
+    async def _read(self, reader: VaultReader, ref: AzureRef) -> list[SecretValue]:
         async with self._reads:
             return await reader.read(ref)
+
+    async def _select(
+        self, reader: VaultReader, selection: AzureSelection, identity_key: str
+    ) -> Fetched:
+        """The listing (one GET a page), then a GET of each secret whose marker moved."""
+        found = await listing.listed(reader, selection)
+
+        async def read(changed: Sequence[Listed]) -> dict[Hashable, SecretValue | BridgeError]:
+            refs = [AzureRef("secret", str(s.handle)) for s in changed]
+            got = await asyncio.gather(
+                *(self._read(reader, r) for r in refs), return_exceptions=True
+            )
+            out: dict[Hashable, SecretValue | BridgeError] = {}
+            for secret, outcome in zip(changed, got, strict=True):
+                if isinstance(outcome, auth.LoginRefused | binding.ProxyUntrusted):
+                    raise outcome  # the whole Mount's, as for a listed object
+                if isinstance(outcome, BaseException) and not isinstance(outcome, BridgeError):
+                    raise outcome
+                out[secret.handle] = outcome if isinstance(outcome, BridgeError) else outcome[0]
+            return out
+
+        return await self.selections.refresh(identity_key, selection, found, read)
 
     async def _open(
         self, store: AzureStore, login: auth.Login, identity: Identity
@@ -121,10 +155,12 @@ def _client_class(object_type: str) -> Any:
     return SecretClient
 
 
-def create(env: BackendEnv[Options]) -> Backend[AzureStore, AzureRef]:
+def create(env: BackendEnv[Options]) -> Backend[AzureStore, Ref]:
     """The store's backend, typed as the protocol so that mypy checks it against it."""
     return AzureBackend(env)
 
 
 #: The dialect module, checked by mypy against the Dialect protocol (provider/core/backend.py).
-DIALECT: Dialect[AzureStore, AzureRef, Options] = dialect
+DIALECT: Dialect[AzureStore, Ref, Options] = dialect
+#: ... and against the Selecting protocol (provider/core/selection.py).
+SELECTING: Selecting[AzureStore, Ref] = dialect

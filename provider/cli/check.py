@@ -20,6 +20,7 @@ from typing import Any
 from backends import registry
 from provider.cli import spc
 from provider.core.errors import InvalidParameters
+from provider.core.model import describe
 from provider.mount.planning import MountPlan, parse_plan
 from provider.mount.stores import NamedStore
 
@@ -170,15 +171,18 @@ def _files(plan: MountPlan) -> list[dict[str, Any]]:
         for spec in named.plan.objects:
             if not spec.transforms.file:
                 continue
+            selector = spec.field.startswith("select[")
             entry = {
                 "path": spec.name,
                 "mode": _mode(spec.mode),
                 "object": spec.field,
                 "version_id": spec.version_id or spec.name,
-                # explode: one file per top-level key of the value, under this directory.
-                "directory": spec.transforms.explode,
+                # explode, or a selector: files under this directory.
+                "directory": spec.transforms.explode or selector,
                 "lifetime": _lifetime(named.plan.backend, spec.ref),
             }
+            if selector:  # what it selects, as the store names it (never a value)
+                entry["selects"] = describe(spec.ref)
             if named.name:
                 entry["store"] = named.name
             if spec.transforms.optional:  # a not-found leaves it out

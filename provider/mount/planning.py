@@ -369,9 +369,12 @@ def _check_paths(
     objects: tuple[ObjectSpec[Any], ...], specs: tuple[TemplateSpec, ...], problems: Problems
 ) -> None:
     paths: list[str] = []
+    selected_at_root = False
     for spec in objects:
         if not spec.name and spec.field.startswith(SELECT + "["):
-            continue  # a selector's files at the volume's root: checked as they are built
+            # A selector's files at the volume's root: checked as they are built.
+            selected_at_root = selected_at_root or spec.transforms.file
+            continue
         problem = path_problem(spec.name)
         if problem:
             problems.add(f"{spec.field or 'object'} ({spec.name!r}): {problem}")
@@ -384,7 +387,7 @@ def _check_paths(
         else:
             paths.append(tmpl.path)
     problems.items.extend(overlap_problems(paths))
-    if not paths and not problems.items:
+    if not paths and not selected_at_root and not problems.items:
         problems.add(
             "the class writes no files (every object has file: false and there are no "
             "templates); the driver would keep the old files"

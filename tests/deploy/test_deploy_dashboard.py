@@ -135,7 +135,7 @@ def _operations_in_code() -> set[tuple[str, str]]:
     """(backend, operation) of every literal `backend_call("<backend>", "<operation>")`."""
     found: set[tuple[str, str]] = set()
     for path in (ROOT / "backends").rglob("*.py"):
-        found.update(re.findall(r'backend_call\(\s*"(\w+)",\s*"(\w+)"', path.read_text()))
+        found.update(re.findall(r'backend_call\(\s*"(\w+)",\s*"([\w.]+)"', path.read_text()))
     return found
 
 

@@ -22,7 +22,13 @@ NO_EXAMPLE = {"fake"}
 #: (example, its store): one class per store, in its upstream provider's style.
 PER_STORE = [(f"{name}.yaml", name) for name in registry.names() if name not in NO_EXAMPLE]
 #: Worked examples of one feature each, beside each store's own.
-FEATURES = ["aws-cross-account.yaml", "azure-identity-binding.yaml", "vault-aws-auth.yaml"]
+FEATURES = [
+    "aws-cross-account.yaml",
+    "aws-select.yaml",
+    "azure-identity-binding.yaml",
+    "azure-select.yaml",
+    "vault-aws-auth.yaml",
+]
 CLASSES = [*(example for example, _ in PER_STORE), "extensions.yaml", *FEATURES]
 
 

@@ -105,3 +105,20 @@ async def test_selector_keys_are_checked(tmp_path: Path) -> None:
     with pytest.raises(InvalidParameters, match=r"select\[0\]\.directory"):
         await h.files([], select=select({"prefix": "a/", "directory": "../up"}))
     assert info.value.code.name == "INVALID_ARGUMENT"
+
+
+async def test_a_class_of_only_a_root_selection(tmp_path: Path) -> None:
+    h = Harness(tmp_path)
+    h.write({"secrets": {"cfg/a": "1", "cfg/b": "2"}})
+    assert await h.files([], select=select({"prefix": "cfg/"})) == {"a": b"1", "b": b"2"}
+
+
+def test_check_shows_each_selector_as_parsed(tmp_path: Path) -> None:
+    from provider.cli.check import _files
+
+    h = Harness(tmp_path)
+    plan = h.mounter.plan(
+        h.request([PLAIN], select=select({"prefix": "app/", "directory": "d"})).params
+    )
+    (selector,) = [f for f in _files(plan) if f["object"] == "select[0]"]
+    assert selector["selects"] == "app/*" and selector["directory"] is True
