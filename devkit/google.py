@@ -5,6 +5,8 @@ No emulator of Secret Manager exists, so this one speaks its real protocol with 
 library's own message types. Every call is authorised by the bearer token it carries: tokens are
 issued by the fake STS/IAM/OAuth endpoints to a principal, and secrets list the principals that
 may read them — so a test that serves one identity another's value fails at the wire.
+ListSecrets and ListSecretVersions (a selector's listings) page, filter (`name:` a substring,
+`labels.k=v`, `state:ENABLED`) and check the caller's roles/secretmanager.viewer as Google does.
 
 The OAuth endpoint checks a service account key's JWT-bearer assertion as Google does, wherever
 it is served (a private token endpoint forwards to Google): the grant type, `aud` exactly
@@ -15,6 +17,7 @@ registered with `add_key` — the RS256 signature; each refusal is Google's `inv
 
 from __future__ import annotations
 
+import re
 import secrets
 import ssl
 import time
@@ -81,12 +84,42 @@ class FakeGoogle:
     keys: dict[str, dict[str, bytes]] = field(default_factory=dict)
     #: The claims of each key assertion the OAuth endpoint accepted.
     assertions: list[dict[str, Any]] = field(default_factory=list)
+    #: secret -> its labels (ListSecrets answers and filters them).
+    labels: dict[str, dict[str, str]] = field(default_factory=dict)
+    #: Version names ("<secret>/versions/<n>") disabled: not accessible, not `state:ENABLED`.
+    disabled: set[str] = field(default_factory=set)
+    #: "projects/p" or a secret -> principals with roles/secretmanager.viewer there (list
+    #: secrets, list versions). `readers` keyed by "projects/p" grant access to every secret of
+    #: the project: a missing secret is then NOT_FOUND, as Google answers such a principal.
+    viewers: dict[str, set[str]] = field(default_factory=dict)
+    #: (method, parent, principal) per ListSecrets or ListSecretVersions call.
+    listings: list[tuple[str, str, str]] = field(default_factory=list)
+    #: A hostile store: ListSecrets answers empty pages, each with a next page token, forever.
+    endless_pages: bool = False
 
     def add_version(self, secret: str, payload: bytes | str, *readers: str) -> str:
         data = payload.encode() if isinstance(payload, str) else payload
         self.secrets.setdefault(secret, []).append(data)
         self.readers.setdefault(secret, set()).update(readers)
         return f"{secret}/versions/{len(self.secrets[secret])}"
+
+    def add_secret(
+        self, secret: str, payload: bytes | str, *readers: str, labels: dict[str, str] | None = None
+    ) -> str:
+        """A secret with labels and a first version (or one more version)."""
+        self.labels[secret] = dict(labels or {})
+        return self.add_version(secret, payload, *readers)
+
+    def delete_secret(self, secret: str) -> None:
+        self.secrets.pop(secret, None)
+        self.labels.pop(secret, None)
+        self.readers.pop(secret, None)  # its IAM policy goes with it
+
+    def may_read(self, principal: str, secret: str) -> bool:
+        """Access to the secret's versions: granted on the secret or on its project."""
+        return principal in self.readers.get(secret, set()) | self.readers.get(
+            project(secret), set()
+        )
 
     def add_parameter_version(
         self, parameter: str, version: str, payload: bytes | str, *readers: str
@@ -152,22 +185,35 @@ class FakeGoogle:
         self.tokens.clear()
 
 
-async def admit(
-    google: FakeGoogle, context: grpc.aio.ServicerContext, label: str, name: str
-) -> str:
-    """Check the call's bearer token as Google does, record the read, and play any failure
-    queued for `name`; the caller's principal ("namespace/serviceaccount" or a GSA)."""
+def project(name: str) -> str:
+    """ "projects/p" of any resource name under it."""
+    return "/".join(name.split("/")[:2])
+
+
+async def authorise(google: FakeGoogle, context: grpc.aio.ServicerContext, name: str) -> str:
+    """Check the call's bearer token as Google does and play any failure queued for `name`;
+    the caller's principal ("namespace/serviceaccount" or a GSA)."""
     metadata = dict(context.invocation_metadata() or ())
     auth = str(metadata.get("authorization", ""))
     principal = google.tokens.get(auth.removeprefix("Bearer "))
     if not auth.startswith("Bearer ") or principal is None:
         await context.abort(grpc.StatusCode.UNAUTHENTICATED, "Request had invalid credentials.")
     assert principal is not None
-    google.reads.append((label, name, principal))
     queued = google.failures.get(name)
     if queued:
         await context.abort(queued.pop(0), f"injected failure for {name}")
     return principal
+
+
+async def admit(
+    google: FakeGoogle, context: grpc.aio.ServicerContext, label: str, name: str
+) -> str:
+    """`authorise`, and record the read."""
+    metadata = dict(context.invocation_metadata() or ())
+    principal = google.tokens.get(str(metadata.get("authorization", "")).removeprefix("Bearer "))
+    if principal is not None:
+        google.reads.append((label, name, principal))
+    return await authorise(google, context, name)
 
 
 # -- Secret Manager (gRPC) ----------------------------------------------------------------------
@@ -185,17 +231,24 @@ def secret_manager_handler(google: FakeGoogle, label: str, regional: bool) -> An
                 grpc.StatusCode.INVALID_ARGUMENT, f"{name} is not served by this endpoint"
             )
         versions = google.secrets.get(secret)
-        if versions is None or principal not in google.readers.get(secret, set()):
+        if not google.may_read(principal, secret):
             # Like Google: without access, a missing secret is indistinguishable from a denied one.
             await context.abort(
                 grpc.StatusCode.PERMISSION_DENIED,
                 f"Permission 'secretmanager.versions.access' denied for resource '{name}' "
                 "(or it may not exist).",
             )
+        if versions is None:
+            await context.abort(grpc.StatusCode.NOT_FOUND, f"Secret [{secret}] not found.")
         assert versions is not None
         number = len(versions) if version == "latest" else int(version)
         if not 1 <= number <= len(versions):
             await context.abort(grpc.StatusCode.NOT_FOUND, f"Secret Version [{name}] not found.")
+        if f"{secret}/versions/{number}" in google.disabled:
+            await context.abort(
+                grpc.StatusCode.FAILED_PRECONDITION,
+                f"Secret Version [{secret}/versions/{number}] is in DISABLED state.",
+            )
         return service.AccessSecretVersionResponse(
             name=f"{secret}/versions/{number}",
             payload=resources.SecretPayload(data=versions[number - 1]),
@@ -208,9 +261,139 @@ def secret_manager_handler(google: FakeGoogle, label: str, regional: bool) -> An
                 access,
                 request_deserializer=service.AccessSecretVersionRequest.deserialize,
                 response_serializer=service.AccessSecretVersionResponse.serialize,
-            )
+            ),
+            **listing_handlers(google, regional),
         },
     )
+
+
+# -- ListSecrets and ListSecretVersions ----------------------------------------------------------
+
+#: The terms of Google's list filter this fake reads, joined by AND: `name:<substring>` (a
+#: substring of the whole resource name, not a prefix), `labels.<k>=<v>`, `labels.<k>:*`,
+#: `state:<STATE>`; anything else is INVALID_ARGUMENT, as an unknown field is at Google.
+_TERM = re.compile(
+    r"name:(?P<name>\S+)|labels\.(?P<key>[\w-]+)(?:=(?P<value>\S*)|(?P<any>:\*))"
+    r"|state:(?P<state>ENABLED|DISABLED|DESTROYED)"
+)
+#: Google's largest page, and the one it picks when a request names none.
+MAX_PAGE = 25_000
+
+
+def matches(filter_text: str, name: str, labels: dict[str, str], state: str = "") -> bool:
+    """Whether a secret (or a version, with its state) passes a list filter; ValueError for a
+    filter this fake does not read."""
+    for term in filter(None, filter_text.split(" AND ")):
+        match = _TERM.fullmatch(term.strip())
+        if match is None:
+            raise ValueError(term)
+        if match["name"] is not None and match["name"].strip('"') not in name:
+            return False
+        if match["key"] is not None:
+            if match["any"] and match["key"] not in labels:
+                return False
+            if not match["any"] and labels.get(match["key"]) != match["value"].strip('"'):
+                return False
+        if match["state"] is not None and match["state"] != state:
+            return False
+    return True
+
+
+def paged(items: list[Any], size: int, token: str) -> tuple[list[Any], str]:
+    """One page of `items` from `token` (an offset), and the next page's token."""
+    start = int(token) if token else 0
+    end = start + (size or MAX_PAGE)
+    return items[start:end], str(end) if end < len(items) else ""
+
+
+def listing_handlers(google: FakeGoogle, regional: bool) -> dict[str, Any]:
+    async def check(context: grpc.aio.ServicerContext, method: str, request: Any) -> str:
+        metadata = dict(context.invocation_metadata() or ())
+        caller = str(metadata.get("authorization", "")).removeprefix("Bearer ")
+        google.listings.append((method, request.parent, google.tokens.get(caller, "")))
+        principal = await authorise(google, context, request.parent)
+        if ("/locations/" in request.parent) != regional:
+            await context.abort(
+                grpc.StatusCode.INVALID_ARGUMENT, f"{request.parent} is not served here"
+            )
+        if not 0 <= request.page_size <= MAX_PAGE or not re.fullmatch(r"\d*", request.page_token):
+            await context.abort(grpc.StatusCode.INVALID_ARGUMENT, "invalid page size or token")
+        return principal
+
+    async def list_secrets(
+        request: service.ListSecretsRequest, context: grpc.aio.ServicerContext
+    ) -> service.ListSecretsResponse:
+        principal = await check(context, "ListSecrets", request)
+        parent = request.parent
+        if not re.fullmatch(r"projects/[^/]+(/locations/[^/]+)?", parent):
+            await context.abort(grpc.StatusCode.INVALID_ARGUMENT, f"Invalid parent [{parent}]")
+        if principal not in google.viewers.get(project(parent), set()):
+            await context.abort(
+                grpc.StatusCode.PERMISSION_DENIED,
+                f"Permission 'secretmanager.secrets.list' denied for resource '{parent}' "
+                "(or it may not exist).",
+            )
+        if google.endless_pages:
+            return service.ListSecretsResponse(next_page_token=str(len(google.listings)))
+        try:
+            names = sorted(
+                n
+                for n in google.secrets
+                if n.rpartition("/secrets/")[0] == parent
+                and matches(request.filter, n, google.labels.get(n, {}))
+            )
+        except ValueError as bad:
+            await context.abort(grpc.StatusCode.INVALID_ARGUMENT, f"Invalid filter: {bad}")
+            raise
+        page, token = paged(names, request.page_size, request.page_token)
+        secrets_ = [resources.Secret(name=n, labels=google.labels.get(n, {})) for n in page]
+        return service.ListSecretsResponse(secrets=secrets_, next_page_token=token)
+
+    async def list_versions(
+        request: service.ListSecretVersionsRequest, context: grpc.aio.ServicerContext
+    ) -> service.ListSecretVersionsResponse:
+        principal = await check(context, "ListSecretVersions", request)
+        secret = request.parent
+        viewers = google.viewers.get(project(secret), set()) | google.viewers.get(secret, set())
+        if principal not in viewers:
+            await context.abort(
+                grpc.StatusCode.PERMISSION_DENIED,
+                f"Permission 'secretmanager.versions.list' denied for resource '{secret}' "
+                "(or it may not exist).",
+            )
+        if secret not in google.secrets:
+            await context.abort(grpc.StatusCode.NOT_FOUND, f"Secret [{secret}] not found.")
+        numbers = range(len(google.secrets[secret]), 0, -1)  # newest first, as Google lists
+        states = {
+            f"{secret}/versions/{n}": "DISABLED"
+            if f"{secret}/versions/{n}" in google.disabled
+            else "ENABLED"
+            for n in numbers
+        }
+        try:
+            names = [n for n, state in states.items() if matches(request.filter, n, {}, state)]
+        except ValueError as bad:
+            await context.abort(grpc.StatusCode.INVALID_ARGUMENT, f"Invalid filter: {bad}")
+            raise
+        page, token = paged(names, request.page_size, request.page_token)
+        versions = [
+            resources.SecretVersion(name=n, state=resources.SecretVersion.State[states[n]])
+            for n in page
+        ]
+        return service.ListSecretVersionsResponse(versions=versions, next_page_token=token)
+
+    return {
+        "ListSecrets": grpc.unary_unary_rpc_method_handler(
+            list_secrets,
+            request_deserializer=service.ListSecretsRequest.deserialize,
+            response_serializer=service.ListSecretsResponse.serialize,
+        ),
+        "ListSecretVersions": grpc.unary_unary_rpc_method_handler(
+            list_versions,
+            request_deserializer=service.ListSecretVersionsRequest.deserialize,
+            response_serializer=service.ListSecretVersionsResponse.serialize,
+        ),
+    }
 
 
 async def start_secret_manager(

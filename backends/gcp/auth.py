@@ -31,7 +31,7 @@ from dataclasses import dataclass, field
 from functools import partial
 from typing import Any, TypeVar
 
-from backends.gcp.dialect import Audience, GcpRef, GcpStore
+from backends.gcp.dialect import Audience, GcpStore, Ref
 from backends.gcp.errors import is_tls_failure, tls_error, translated
 from backends.gcp.exchange import (
     CALL_TIMEOUT,
@@ -86,7 +86,7 @@ class Authenticator:
             AUTH_THREADS, thread_name_prefix="secrets-bridge-gcp-auth"
         )
 
-    async def identify(self, plan: StorePlan[GcpStore, GcpRef], pod: Pod) -> Identity:
+    async def identify(self, plan: StorePlan[GcpStore, Ref], pod: Pod) -> Identity:
         store = plan.store
         scope = pod_scope(self._env, pod)
         key_json = pod.node_publish_secret.get(KEY_FILE)

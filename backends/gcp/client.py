@@ -33,7 +33,7 @@ from google.cloud.secretmanager_v1.services.secret_manager_service.transports im
 )
 
 from backends.gcp.dialect import GcpRef
-from backends.gcp.errors import translated
+from backends.gcp.errors import SECRET_LISTING, translated
 from backends.proxies import Proxies
 from provider.core.errors import DeadlineExceeded, StoreUnavailable
 
@@ -44,14 +44,34 @@ from provider.core.errors import DeadlineExceeded, StoreUnavailable
 for _name in ("google.cloud.secretmanager_v1", "google.auth", "google.oauth2"):
     logging.getLogger(_name).setLevel(logging.WARNING)
 
-#: Upper bound of one AccessSecretVersion call; the Mount's deadline usually cuts it shorter.
+#: Upper bound of one call; the Mount's deadline usually cuts it shorter.
 CALL_TIMEOUT = 30.0
-# Secret Manager payloads are at most 64 KiB; leave room for the envelope.
-_MAX_MESSAGE = 1024 * 1024
+# Secret Manager payloads are at most 64 KiB; a page of ListSecrets (backends/gcp/selecting.py)
+# holds up to 100 secrets, each with at most 64 labels and 16 KiB of annotations.
+_MAX_MESSAGE = 4 * 1024 * 1024
 #: Channels kept open (the global endpoint and the regions in use on one node).
 MAX_CHANNELS = 16
 #: Seconds a retired channel stays open for calls still using it (longer than one call).
 RETIRE_AFTER = 2 * CALL_TIMEOUT
+
+
+@dataclass(frozen=True)
+class Page:
+    """One list call: what is listed (`parent`, at `location`'s endpoint), how, and where."""
+
+    parent: str
+    location: str | None
+    filter: str
+    size: int
+    token: str = ""
+
+
+@dataclass(frozen=True)
+class Listing:
+    """One page of a list call: (name, attributes) per item, and the next page's token."""
+
+    items: tuple[tuple[str, dict[str, str]], ...]
+    next_token: str
 
 
 @dataclass(frozen=True)
@@ -129,19 +149,61 @@ class SecretManager:
                 f"--gcp-ca-file {ca_file} cannot be read: {exc.strerror}"
             ) from None
 
-    async def access(self, ref: GcpRef, token: str, subject: str, deadline: float) -> Accessed:
+    async def _ready(self, location: str | None, what: str, deadline: float) -> tuple[Any, float]:
+        """The client of `location`'s endpoint and the call's timeout, or DeadlineExceeded."""
         remaining = deadline - time.monotonic()
         if remaining <= 0:
-            raise DeadlineExceeded(f"no time left to read {ref.name} before the mount's deadline")
-        client = await self._client(self.endpoint(ref))
+            raise DeadlineExceeded(f"no time left to read {what} before the mount's deadline")
+        client = await self._client(self.endpoint(GcpRef(what, location)))
+        return client, min(CALL_TIMEOUT, remaining)
+
+    async def access(self, ref: GcpRef, token: str, subject: str, deadline: float) -> Accessed:
+        client, timeout = await self._ready(ref.location, ref.name, deadline)
         with translated(ref.name, subject):
             response = await client.access_secret_version(
                 request={"name": ref.name},
                 metadata=[("authorization", f"Bearer {token}")],
                 retry=None,
-                timeout=min(CALL_TIMEOUT, remaining),
+                timeout=timeout,
             )
         return Accessed(bytes(response.payload.data), str(response.name) or ref.name)
+
+    async def list_secrets(self, page: Page, token: str, subject: str, deadline: float) -> Listing:
+        """One page of ListSecrets: each secret's name and labels, and the next page's token."""
+        client, timeout = await self._ready(page.location, page.parent, deadline)
+        with translated(page.parent, subject, SECRET_LISTING):
+            # One page only: the pager's own iteration would follow tokens without a bound.
+            pager = await client.list_secrets(
+                request={
+                    "parent": page.parent,
+                    "filter": page.filter,
+                    "page_size": page.size,
+                    "page_token": page.token,
+                },
+                metadata=[("authorization", f"Bearer {token}")],
+                retry=None,
+                timeout=timeout,
+            )
+        items = tuple((str(s.name), dict(s.labels)) for s in pager.secrets)
+        return Listing(items, str(pager.next_page_token))
+
+    async def list_versions(self, page: Page, token: str, subject: str, deadline: float) -> Listing:
+        """One page of ListSecretVersions (newest first): each version's name and state."""
+        client, timeout = await self._ready(page.location, page.parent, deadline)
+        with translated(page.parent, subject, SECRET_LISTING):
+            pager = await client.list_secret_versions(
+                request={
+                    "parent": page.parent,
+                    "filter": page.filter,
+                    "page_size": page.size,
+                    "page_token": page.token,
+                },
+                metadata=[("authorization", f"Bearer {token}")],
+                retry=None,
+                timeout=timeout,
+            )
+        items = tuple((str(v.name), {"state": v.state.name}) for v in pager.versions)
+        return Listing(items, str(pager.next_page_token))
 
     async def close(self) -> None:
         channels = [channel for channel, _ in self._clients.values()]

@@ -11,6 +11,10 @@ parameters:
     - resourceName: projects/p/locations/us-central1/secrets/api/versions/3
     - resourceName: projects/p/locations/global/parameters/app/versions/v1
       path: app.yaml           # Parameter Manager: the rendered payload (secret refs resolved)
+  select: |                    # optional: every secret with a name prefix and labels
+    - {project: p, namePrefix: app-, labels: {team: pay}, directory: app}
+
+`secrets` may be left out when `select` is given (backends/gcp/selection.py).
 
 The workload identity audience is not a parameter upstream either: it comes from the provider's
 flags (`--gcp-project`, `--gcp-location`, `--gcp-cluster`, or `--gcp-workload-identity-audience`).
@@ -25,7 +29,11 @@ from typing import Any, Literal
 
 import yaml
 
+from backends.gcp.names import ID, LOCATION, MAX_LOCATION
 from backends.gcp.options import DEFAULT_GKE_PROVIDER, Options
+from backends.gcp.selection import SELECT_KEYS as SELECT_KEYS
+from backends.gcp.selection import GcpSelection
+from backends.gcp.selection import selection as selection
 from provider.core.boundedyaml import load_yaml
 from provider.core.model import ObjectSpec, ParseContext, StorePlan, Transforms, hashed_once
 from provider.core.parsing import (
@@ -47,13 +55,8 @@ OBJECT_KEYS = (
 )
 AUTH_MODES = ("pod-adc", "provider-adc")
 
-# Segments are kept to what Google accepts, so a name can never smuggle a '/' or a host part. The
-# location ends up in a host name (the regional endpoint), hence its stricter pattern: a pod
-# author must not be able to send the pod's Google token to a host of their choosing.
-_ID = r"[A-Za-z0-9][A-Za-z0-9_.:-]{0,254}"
-#: Upstream's `locationLengthLimit` (util/constants.go): longer locations are refused.
-MAX_LOCATION = 30
-_LOCATION = rf"[a-z][a-z0-9-]{{0,{MAX_LOCATION - 1}}}"
+# Name segments are kept to what Google accepts (backends/gcp/names.py).
+_ID, _LOCATION = ID, LOCATION
 _GLOBAL = re.compile(
     rf"projects/(?P<project>{_ID})/secrets/(?P<secret>{_ID})/versions/(?P<v>{_ID})"
 )
@@ -112,24 +115,31 @@ class GcpRef:
         return self.name if self.kind == "secret" else f"parameter {self.name}"
 
 
-def parse(params: Mapping[str, str], ctx: ParseContext[Options]) -> StorePlan[GcpStore, GcpRef]:
+#: What a gcp object or selector reads.
+Ref = GcpRef | GcpSelection
+
+
+def parse(params: Mapping[str, str], ctx: ParseContext[Options]) -> StorePlan[GcpStore, Ref]:
     problems = Problems(strict=ctx.strict)
     auth = _parse_auth(params.get("auth", ""), problems)
     raw = params.get("secrets", "")
-    if not raw.strip():
+    selects = bool(params.get("select", "").strip())
+    if not raw.strip() and not selects:
         problems.fail(
             "secrets is required: a YAML list of {resourceName, path} entries, e.g. "
             "'- resourceName: projects/<project>/secrets/<secret>/versions/latest'"
         )
-    entries = expect_list(load_yaml(raw, "secrets"), "secrets", problems)
-    if not entries and not problems.items:
+    entries = expect_list(load_yaml(raw, "secrets"), "secrets", problems) if raw.strip() else []
+    if not entries and not problems.items and not selects:
         problems.add("secrets: the list is empty; name at least one secret version")
     if len(entries) > ctx.max_objects:
         problems.fail(
             f"secrets: {len(entries)} entries is over the limit of {ctx.max_objects} "
             "(--max-objects)"
         )
-    specs = [s for i, e in enumerate(entries) if (s := _parse_entry(e, i, problems)) is not None]
+    specs: list[ObjectSpec[Ref]] = [
+        s for i, e in enumerate(entries) if (s := _parse_entry(e, i, problems)) is not None
+    ]
     unique_names([(s.name, s.field) for s in specs], "path", problems)
     audience = _audience(ctx, auth, problems)
     problems.raise_if_any()
@@ -147,7 +157,7 @@ def _parse_auth(value: str, problems: Problems) -> AuthMode:
     return "pod-adc"
 
 
-def _parse_entry(entry: Any, i: int, problems: Problems) -> ObjectSpec[GcpRef] | None:
+def _parse_entry(entry: Any, i: int, problems: Problems) -> ObjectSpec[Ref] | None:
     where = f"secrets[{i}]"
     obj = expect_map(entry, where, problems)
     if obj is None:
@@ -266,7 +276,7 @@ def audiences(store: GcpStore) -> tuple[str, ...]:
     return (store.audience.token if store.audience else "<PROJECT>.svc.id.goog",)
 
 
-def lifetime(ref: GcpRef) -> tuple[str, str] | None:
+def lifetime(ref: Ref) -> tuple[str, str] | None:
     """Its answers are plain secrets: no lease, no certificate issued per read (`check`)."""
     return None
 

@@ -51,6 +51,15 @@ class Service:
 
 
 SECRET_MANAGER = Service("Secret Manager", "secret version", ACCESSOR_FIX)
+#: The listings of a selector (backends/gcp/selecting.py): secrets of a project, a secret's
+#: versions.
+SECRET_LISTING = Service(
+    "Secret Manager",
+    "secret listing",
+    "a selector lists the project's secrets and their versions: grant roles/secretmanager.viewer "
+    "on the project (and roles/secretmanager.secretAccessor on the secrets) to the pod's Google "
+    "identity",
+)
 PARAMETER_MANAGER = Service(
     "Parameter Manager",
     "parameter version",

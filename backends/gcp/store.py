@@ -5,7 +5,8 @@ bounded by a semaphore so a rollout stays under Secret Manager's per-project quo
 carries the resolved version name as its object version, so `latest` rotates when a new version
 is added and stays put otherwise. Parameter Manager versions (backends/gcp/parameters.py) go
 through the same login, limits and retries; their version is an HMAC of the rendered content.
-Per-object failures are returned; a refused login is raised.
+Per-object failures are returned; a refused login is raised. Selectors (`select`) list and
+read through backends/gcp/selecting.py, on the same login, slots and retries.
 """
 
 from __future__ import annotations
@@ -16,19 +17,22 @@ from collections.abc import Mapping, Sequence
 from backends.gcp import dialect
 from backends.gcp.auth import Authenticator
 from backends.gcp.client import SecretManager
-from backends.gcp.dialect import GcpRef, GcpStore
+from backends.gcp.dialect import GcpRef, GcpStore, Ref
 from backends.gcp.errors import TokenRejected
 from backends.gcp.exchange import AccessToken, TokenEndpoints
 from backends.gcp.options import Options
 from backends.gcp.parameters import ParameterManager
+from backends.gcp.selecting import SecretSelector
+from backends.gcp.selection import GcpSelection
 from provider.core.backend import Backend, BackendEnv, Dialect
 from provider.core.errors import BridgeError
 from provider.core.model import FetchContext, Fetched, Identity, Pod, SecretValue, StorePlan
+from provider.core.selection import Selecting
 
 #: Concurrent AccessSecretVersion calls per provider process (quota: 90,000/min/project).
 MAX_CONCURRENT_READS = 32
 
-Plan = StorePlan[GcpStore, GcpRef]
+Plan = StorePlan[GcpStore, Ref]
 
 
 class GcpBackend:
@@ -44,31 +48,41 @@ class GcpBackend:
         self._secrets = SecretManager(options)
         self._parameters = ParameterManager(options)
         self._limit = asyncio.Semaphore(MAX_CONCURRENT_READS)
+        self._selector = SecretSelector(env, self._secrets, self._limit)
+        #: What each identity's selections held at its last poll.
+        self.selections = self._selector.selections
 
     async def identify(self, plan: Plan, pod: Pod) -> Identity:
         return await self._auth.identify(plan, pod)
 
     async def fetch(
-        self, plan: Plan, identity: Identity, refs: Sequence[GcpRef], ctx: FetchContext
-    ) -> Mapping[GcpRef, Fetched]:
+        self, plan: Plan, identity: Identity, refs: Sequence[Ref], ctx: FetchContext
+    ) -> Mapping[Ref, Fetched]:
         token = await self._auth.access_token(identity, ctx)
         results = await asyncio.gather(*(self._read(r, token, identity, ctx) for r in refs))
         return dict(zip(refs, results, strict=True))
 
     async def _read(
-        self, ref: GcpRef, token: AccessToken, identity: Identity, ctx: FetchContext
+        self, ref: Ref, token: AccessToken, identity: Identity, ctx: FetchContext
     ) -> Fetched:
         try:
             try:
-                return await self._access(ref, token, identity, ctx)
+                return await self._answer(ref, token, identity, ctx)
             except TokenRejected:
                 # A token Google no longer accepts (revoked, or cached across a key rotation):
                 # log in again once; concurrent readers share that one login.
                 self._auth.forget(identity, token)
                 fresh = await self._auth.access_token(identity, ctx)
-                return await self._access(ref, fresh, identity, ctx)
+                return await self._answer(ref, fresh, identity, ctx)
         except BridgeError as exc:
             return exc
+
+    async def _answer(
+        self, ref: Ref, token: AccessToken, identity: Identity, ctx: FetchContext
+    ) -> Fetched:
+        if isinstance(ref, GcpSelection):
+            return await self._selector.select(ref, token.token, identity, ctx)
+        return await self._access(ref, token, identity, ctx)
 
     async def _access(
         self, ref: GcpRef, token: AccessToken, identity: Identity, ctx: FetchContext
@@ -98,10 +112,12 @@ class GcpBackend:
         self._auth.close()
 
 
-def create(env: BackendEnv[Options]) -> Backend[GcpStore, GcpRef]:
+def create(env: BackendEnv[Options]) -> Backend[GcpStore, Ref]:
     """The store's backend, typed as the protocol so that mypy checks it against it."""
     return GcpBackend(env)
 
 
 #: The dialect module, checked by mypy against the Dialect protocol (provider/core/backend.py).
-DIALECT: Dialect[GcpStore, GcpRef, Options] = dialect
+DIALECT: Dialect[GcpStore, Ref, Options] = dialect
+#: ... and against the Selecting protocol (provider/core/selection.py).
+SELECTING: Selecting[GcpStore, Ref] = dialect

@@ -61,20 +61,29 @@ def path_problem(path: str) -> str | None:
     return None
 
 
-def overlap_problems(paths: list[str]) -> list[str]:
-    """Paths that collide: the same path twice, or a file used as another file's directory."""
+def overlap_problems(paths: Sequence[str], origins: Sequence[str] | None = None) -> list[str]:
+    """Paths that collide: the same path twice, or a file used as another file's directory;
+    with `origins` (what wrote each path, in the same order), each problem names both."""
     problems: list[str] = []
-    seen: set[str] = set()
-    for p in paths:
-        if p in seen:
-            problems.append(f"two files would be written to {p!r}")
-        seen.add(p)
-    for p in sorted(seen):
+    first: dict[str, int] = {}
+
+    def both(a: int, b: int) -> str:
+        return f" (by {origins[a]} and {origins[b]})" if origins is not None else ""
+
+    for i, p in enumerate(paths):
+        if p in first:
+            problems.append(f"two files would be written to {p!r}{both(first[p], i)}")
+        else:
+            first[p] = i
+    for p in sorted(first):
         parts = p.split("/")
         for i in range(1, len(parts)):
             parent = "/".join(parts[:i])
-            if parent in seen:
-                problems.append(f"{parent!r} is a file but {p!r} needs it to be a directory")
+            if parent in first:
+                problems.append(
+                    f"{parent!r} is a file but {p!r} needs it to be a directory"
+                    f"{both(first[parent], first[p])}"
+                )
     return problems
 
 

@@ -80,6 +80,8 @@ class Builder:
         reads one fails)."""
         left = self._max_bytes
         files: list[File] = []
+        #: What wrote each file (its object's or template's field), for collision messages.
+        origins: list[str] = []
         versions: list[ObjectVersion] = []
         contents: dict[str, bytes] = {}
         input_versions: dict[str, str] = {}
@@ -102,6 +104,7 @@ class Builder:
                 mode = input_modes[path] = permission if spec.mode is None else spec.mode
                 if spec.transforms.file:
                     files.append(File(path, mode, content))
+                    origins.append(spec.field or spec.name)
                     versions.append(ObjectVersion(version_id, version))
         if failures:
             raise MountFailed(failures, context=plan.backend)
@@ -122,8 +125,9 @@ class Builder:
             )
             mode = tmpl.mode if tmpl.mode is not None else _strictest(used, input_modes, permission)
             files.append(File(tmpl.path, mode, content))
+            origins.append(tmpl.field)
             versions.append(ObjectVersion(tmpl.path, version))
-        self._check(files, versions, len(per_object), len(plan.templates))
+        self._check(files, origins, versions, len(per_object), len(plan.templates))
         return Built(tuple(files), tuple(versions), tuple(per_object))
 
     def _object_files(
@@ -160,9 +164,14 @@ class Builder:
         return out
 
     def _check(
-        self, files: list[File], versions: list[ObjectVersion], objects: int, templates: int
+        self,
+        files: list[File],
+        origins: list[str],
+        versions: list[ObjectVersion],
+        objects: int,
+        templates: int,
     ) -> None:
-        problems = overlap_problems([f.path for f in files])
+        problems = overlap_problems([f.path for f in files], origins)
         if problems:
             raise InvalidParameters(problems)
         if not files:

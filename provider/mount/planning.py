@@ -369,11 +369,12 @@ def _check_paths(
     objects: tuple[ObjectSpec[Any], ...], specs: tuple[TemplateSpec, ...], problems: Problems
 ) -> None:
     paths: list[str] = []
-    selected_at_root = False
+    selected = False
     for spec in objects:
-        if not spec.name and spec.field.startswith(SELECT + "["):
-            # A selector's files at the volume's root: checked as they are built.
-            selected_at_root = selected_at_root or spec.transforms.file
+        if spec.field.startswith(SELECT + "["):
+            # A selector's files (its directory was checked with it): their collisions with
+            # each other and with the other files are checked as they are built.
+            selected = selected or spec.transforms.file
             continue
         problem = path_problem(spec.name)
         if problem:
@@ -387,7 +388,7 @@ def _check_paths(
         else:
             paths.append(tmpl.path)
     problems.items.extend(overlap_problems(paths))
-    if not paths and not selected_at_root and not problems.items:
+    if not paths and not selected and not problems.items:
         problems.add(
             "the class writes no files (every object has file: false and there are no "
             "templates); the driver would keep the old files"

@@ -27,6 +27,7 @@ FEATURES = [
     "aws-select.yaml",
     "azure-identity-binding.yaml",
     "azure-select.yaml",
+    "gcp-select.yaml",
     "vault-aws-auth.yaml",
 ]
 CLASSES = [*(example for example, _ in PER_STORE), "extensions.yaml", *FEATURES]

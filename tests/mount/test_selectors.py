@@ -122,3 +122,15 @@ def test_check_shows_each_selector_as_parsed(tmp_path: Path) -> None:
     )
     (selector,) = [f for f in _files(plan) if f["object"] == "select[0]"]
     assert selector["selects"] == "app/*" and selector["directory"] is True
+
+
+async def test_two_selectors_may_share_a_directory_and_a_collision_names_both(
+    tmp_path: Path,
+) -> None:
+    h = Harness(tmp_path)
+    h.write({"secrets": {"a/x": "1", "b/y": "2"}})
+    both = select({"prefix": "a/", "directory": "d"}, {"prefix": "b/", "directory": "d"})
+    assert await h.files([], select=both) == {"d/x": b"1", "d/y": b"2"}
+    h.write({"secrets": {"a/x": "1", "b/x": "2"}})
+    with pytest.raises(InvalidParameters, match=r"'d/x' \(by select\[0\] and select\[1\]\)"):
+        await h.files([], select=both)
