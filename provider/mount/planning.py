@@ -290,8 +290,7 @@ def _selector_store(
         return by_name[name]
     problems.add(
         f"{where}.store: {'missing' if not name else repr(name) + ' is not a store of the class'}"
-        f"; a selector of a class of several stores names one of: {', '.join(by_name)} (with "
-        "at least one object of its own)"
+        f"; a selector of a class of several stores names one of: {', '.join(by_name) or 'none'}"
     )
     return None
 

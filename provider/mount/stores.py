@@ -33,6 +33,8 @@ from provider.core.model import AnyPlan, ObjectSpec, ParseContext
 from provider.core.parsing import Problems, expect_str, unique_names
 
 STORE_KEY = "store"
+#: The class's selectors (provider/mount/planning.py): a store they name needs no objects.
+SELECT_KEY = "select"
 FALLBACK_KEY = "fallback"
 #: Store names: short words, so messages and `check` can show them as they are.
 _NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,62}$")
@@ -84,8 +86,10 @@ def parse(
     """The class's stores, each parsed by its dialect; problems collected into `problems`.
     `backend_of(block, where)` validates a block's `backend` (raising InvalidParameters)."""
     blocks = _blocks(params.get("stores", ""), problems)
-    entries = _entries(params.get("objects", ""), blocks, problems)
+    selecting = _selecting(params.get(SELECT_KEY, ""))
+    entries = _entries(params.get("objects", ""), blocks, problems, bool(selecting))
     used = {e.keys[STORE_KEY] for e in entries} | {e.fallback[0] for e in entries if e.fallback}
+    used |= selecting & set(blocks)
     for name in blocks:
         if name not in used:
             problems.warn(f"store {name!r} is not used by any object (remove it, or add objects)")
@@ -98,7 +102,9 @@ def parse(
         except InvalidParameters as exc:
             problems.items.extend(exc.problems)
             continue
-        store = _parse_store(name, backend, block, entries, ctx_for(backend), problems)
+        store = _parse_store(
+            name, backend, block, entries, ctx_for(backend), problems, name in selecting
+        )
         if store is not None:
             named.append(store)
     if problems.items:
@@ -135,8 +141,23 @@ def _blocks(raw: str, problems: Problems) -> dict[str, dict[str, str]]:
     return blocks
 
 
-def _entries(raw: str, blocks: Mapping[str, object], problems: Problems) -> list[_Entry]:
+def _selecting(raw: str) -> set[str]:
+    """The stores the class's selectors name (provider/mount/planning.py checks the rest)."""
     if not raw.strip():
+        return set()
+    doc = load_yaml(raw, SELECT_KEY)
+    entries = doc if isinstance(doc, list) else []
+    return {
+        e[STORE_KEY] for e in entries if isinstance(e, dict) and isinstance(e.get(STORE_KEY), str)
+    }
+
+
+def _entries(
+    raw: str, blocks: Mapping[str, object], problems: Problems, selecting: bool = False
+) -> list[_Entry]:
+    if not raw.strip():
+        if selecting:  # a class of selectors only
+            return []
         problems.fail("objects is required: a YAML list of objects, each with `store: <name>`")
     doc = load_yaml(raw, "objects")
     if not isinstance(doc, list) or not doc:
@@ -186,7 +207,10 @@ def _parse_store(
     entries: Sequence[_Entry],
     ctx: ParseContext[Any],
     problems: Problems,
+    selected: bool = False,
 ) -> NamedStore | None:
+    """One store's plan; a store only selectors read has a plan of no objects (its dialect is
+    told the class selects, so it needs none)."""
     settings = {k: v for k, v in block.items() if k != "backend"}
     prefix = f"store {name!r}: "
     module = registry.dialect_module(backend)
@@ -199,10 +223,18 @@ def _parse_store(
     fallback_plan = _dialect_parse(
         module, backend, settings, theirs, f".{FALLBACK_KEY}", ctx, prefix, problems
     )
-    if plan is None:
-        if mine or fallback_plan is None:
-            return None
+    if plan is None and not mine and fallback_plan is not None:
         plan = dataclasses.replace(fallback_plan, objects=())
+    elif plan is None and not mine and selected:
+        try:
+            plan = dataclasses.replace(
+                module.parse({**settings, SELECT_KEY: "[selectors]"}, ctx), objects=()
+            )
+        except InvalidParameters as exc:
+            problems.items.extend(prefix + p for p in exc.problems)
+            return None
+    if plan is None:
+        return None
     return NamedStore(name, plan, fallback_plan=fallback_plan)
 
 

@@ -134,3 +134,30 @@ async def test_two_selectors_may_share_a_directory_and_a_collision_names_both(
     h.write({"secrets": {"a/x": "1", "b/x": "2"}})
     with pytest.raises(InvalidParameters, match=r"'d/x' \(by select\[0\] and select\[1\]\)"):
         await h.files([], select=both)
+
+
+async def test_selectors_in_a_class_of_several_stores(tmp_path: Path) -> None:
+    h = Harness(tmp_path)
+    h.write({"secrets": {"plain": "x", "app/a": "1", "ops/b": "2"}})
+    stores = "one: {backend: fake}\ntwo: {backend: fake, audience: ''}\n"
+    params = {
+        "stores": stores,
+        "objects": yaml.safe_dump([{"store": "one", **PLAIN}]),
+        "select": select(
+            {"store": "one", "prefix": "app/", "directory": "app"},
+            {"store": "two", "prefix": "ops/", "directory": "ops"},  # no objects of its own
+        ),
+    }
+    request = h.request([])
+    request = type(request)(params=params, pod=request.pod, permission=request.permission)
+    result = await h.mounter.mount(request)
+    assert {f.path: f.contents for f in result.files} == {
+        "plain": b"x",
+        "app/a": b"1",
+        "ops/b": b"2",
+    }
+    bad = {**params, "select": select({"prefix": "app/"})}
+    with pytest.raises(
+        InvalidParameters, match=r"select\[0\]\.store: missing; .* names one of: one"
+    ):
+        h.mounter.plan(bad)
