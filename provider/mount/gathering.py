@@ -75,7 +75,7 @@ def cached(fetcher: Fetcher, plan: MountPlan, reads: Sequence[StoreRead]) -> Gat
     """Every value of the class from the value cache, or None: a cached mount's whole fetch,
     without setting up a read."""
     found = fetcher.cached([reads[i].key(ref) for i, ref in plan.keys], plan.refresh)
-    if found is None:
+    if found is None or not all(found):  # an empty selection: `gather` says if it may be
         return None
     return Gathered(list(plan.inputs), dict(zip(plan.keys, found, strict=True)), [])
 

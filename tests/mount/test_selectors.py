@@ -161,3 +161,12 @@ async def test_selectors_in_a_class_of_several_stores(tmp_path: Path) -> None:
         InvalidParameters, match=r"select\[0\]\.store: missing; .* names one of: one"
     ):
         h.mounter.plan(bad)
+
+
+async def test_a_required_empty_selection_fails_from_the_cache_too(tmp_path: Path) -> None:
+    h = Harness(tmp_path, cache_ttl=30)
+    h.write({"secrets": {"plain": "x"}})
+    strict = select({"prefix": "none/", "directory": "n", "optional": "false"})
+    for _ in range(2):
+        with pytest.raises(MountFailed, match=r"select\[0\]: no secret matches it"):
+            await h.files([PLAIN], select=strict)
