@@ -25,6 +25,7 @@ import json
 import logging
 import ssl
 import time
+import urllib.parse
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
@@ -178,8 +179,11 @@ class VaultHTTP:
         query: tuple[tuple[str, str], ...] = (),
         body: str = "",
         doing: str = "",
+        quote: bool = False,
     ) -> Reply:
-        """One API call. `doing` (what, for whom) prefixes every error message."""
+        """One API call. `doing` (what, for whom) prefixes every error message. `quote`: the
+        path is a store's own key names (a selection's listing), sent percent-encoded as they
+        are, so a key holding '?', '#' or '%' names itself and not a query or an escape."""
         doing = doing or f"{method} {path}"
         remaining = deadline - time.monotonic()
         if remaining <= 0:
@@ -196,7 +200,9 @@ class VaultHTTP:
             headers["X-Vault-Namespace"] = namespace
         if body:
             headers["Content-Type"] = "application/json"
-        url = f"{address}/v1/{path}"
+        url: str | yarl.URL = f"{address}/v1/{path}"
+        if quote:
+            url = yarl.URL(f"{address}/v1/{urllib.parse.quote(path, safe='/')}", encoded=True)
         try:
             async with self._sessions.lease((origin(address), tls)) as session:
                 for hop in range(_MAX_REDIRECTS + 1):
@@ -221,7 +227,7 @@ class VaultHTTP:
                             what = f"{doing}: Vault at {address}"
                             data = await read_capped(resp, self._max_body, what)
                             return Reply(resp.status, data, dict(resp.headers))
-                    url = str(target)
+                    url = target
                 raise _redirect_error(doing, address, resp.status, "too many redirects")
         except BridgeError:
             raise

@@ -9,6 +9,8 @@
       vaultAuthType: kubernetes           # or jwt, aws: see backends/vault/methods.py
       objects: |                          # see backends/vault/objects.py
         - {objectName: db-password, secretPath: secret/data/db, secretKey: password}
+      select: |                           # optional: see backends/vault/selectors.py
+        - {path: secret/app, recursive: true, directory: app}
 
 Every `vault*` key may also be spelled `bao*` or `openbao*` (the OpenBao provider's names); two
 spellings of one key in one class are refused rather than one silently winning, because a pod's
@@ -32,8 +34,15 @@ import yaml
 from backends.vault.methods import AwsAuth, parse_method
 from backends.vault.objects import VaultRef, parse_objects
 from backends.vault.options import Options
-from provider.core.model import ParseContext, StorePlan
+from backends.vault.selectors import SELECT_KEYS as SELECT_KEYS
+from backends.vault.selectors import VaultSelection
+from backends.vault.selectors import selection as selection
+from provider.core.model import ObjectSpec, ParseContext, StorePlan
 from provider.core.parsing import BASE_URL_FORM, Problems, base_url_problem, go_bool
+
+#: What a vault object or selector reads. (SELECT_KEYS and `selection`, re-exported above, are
+#: the selectors' keys and parser: backends/vault/selectors.py.)
+Ref = VaultRef | VaultSelection
 
 _PREFIXES = ("vault", "bao", "openbao")
 _OPENBAO_PREFIXES = ("bao", "openbao")
@@ -96,7 +105,7 @@ class VaultStore:
         return f"{self.address}{namespace} (auth/{self.mount}{method} role {self.role})"
 
 
-def parse(params: Mapping[str, str], ctx: ParseContext[Options]) -> StorePlan[VaultStore, VaultRef]:
+def parse(params: Mapping[str, str], ctx: ParseContext[Options]) -> StorePlan[VaultStore, Ref]:
     problems = Problems(strict=ctx.strict)
     values = {name: _one_spelling(params, name, problems) for name in SPELLINGS}
     openbao = any(k.startswith(_OPENBAO_PREFIXES) and params.get(k) for k in params if k in KEYS)
@@ -146,9 +155,14 @@ def parse(params: Mapping[str, str], ctx: ParseContext[Options]) -> StorePlan[Va
             "vaultTLSClientCertPath and vaultTLSClientKeyPath must be set together "
             "(a client certificate needs its key)"
         )
-    specs = parse_objects(values["objects"], ctx, problems)
+    # A class that selects its secrets (`select`) may list none by name.
+    selects = bool(params.get("select", "").strip())
+    listed = (
+        parse_objects(values["objects"], ctx, problems) if values["objects"] or not selects else []
+    )
+    specs: tuple[ObjectSpec[Ref], ...] = tuple(listed)
     problems.raise_if_any()
-    return StorePlan("vault", store, tuple(specs), tuple(problems.warnings))
+    return StorePlan("vault", store, specs, tuple(problems.warnings))
 
 
 def _one_spelling(params: Mapping[str, str], name: str, problems: Problems) -> str:
@@ -212,11 +226,13 @@ def audiences(store: VaultStore) -> tuple[str, ...]:
     return (store.audience,)
 
 
-def lifetime(ref: VaultRef) -> tuple[str, str] | None:
+def lifetime(ref: Ref) -> tuple[str, str] | None:
     """What an object's answer is expected to carry (`check --json`): ("lease" or
     "certificate", why), or None for a plain secret. At a mount the answer decides: a lease_id
     with a lease_duration, or a certificate, makes the value a credential held per pod
-    (provider/mount/lifetimes.py)."""
+    (provider/mount/lifetimes.py). A selection's KV secrets are plain secrets."""
+    if isinstance(ref, VaultSelection):
+        return None
     parts = ref.path.split("/")
     if "creds" in parts[1:-1]:
         return ("lease", f"{ref.path} is a secrets engine's credentials path (leased)")

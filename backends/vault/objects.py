@@ -16,7 +16,7 @@ import json
 import urllib.parse
 from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from provider.core.boundedyaml import load_yaml
 from provider.core.errors import InvalidParameters
@@ -32,6 +32,9 @@ from provider.core.parsing import (
     unique_names,
     unknown_keys,
 )
+
+if TYPE_CHECKING:
+    from backends.vault.selectors import VaultSelection
 
 OBJECT_KEYS = (
     frozenset(
@@ -68,7 +71,7 @@ class VaultRef:
 
 def parse_objects(
     raw: str, ctx: ParseContext[Any], problems: Problems
-) -> list[ObjectSpec[VaultRef]]:
+) -> list[ObjectSpec[VaultRef | VaultSelection]]:
     if not raw.strip():
         problems.add("objects is required: a YAML list of {objectName, secretPath, ...}")
         return []
@@ -88,7 +91,9 @@ def parse_objects(
     return specs
 
 
-def _parse_object(entry: Any, i: int, problems: Problems) -> ObjectSpec[VaultRef] | None:
+def _parse_object(
+    entry: Any, i: int, problems: Problems
+) -> ObjectSpec[VaultRef | VaultSelection] | None:
     where = f"objects[{i}]"
     obj = expect_map(entry, where, problems)
     if obj is None:

@@ -3,7 +3,8 @@
 Each unique ref (path, query, method, body) is requested once per fetch, concurrently. Reads
 that fail return that ref's error; only a refused login fails the whole call. A 403 on a cached
 token triggers one shared re-login and one more attempt, as vault-csi-provider does, because the
-token may have been revoked since it was cached.
+token may have been revoked since it was cached. A selection (`select`) is listed and its
+secrets read by backends/vault/selected.py, through the same calls.
 """
 
 from __future__ import annotations
@@ -20,10 +21,12 @@ from backends.vault import dialect, leases
 from backends.vault.auth import Authenticator, VaultToken
 from backends.vault.awslogin import AwsSigner
 from backends.vault.client import Reply, VaultHTTP, status_error
-from backends.vault.dialect import VaultStore
+from backends.vault.dialect import Ref, VaultStore
 from backends.vault.leases import Leases
 from backends.vault.objects import VaultRef
 from backends.vault.options import Options
+from backends.vault.selected import KVSelector
+from backends.vault.selectors import VaultSelection
 from provider.core.backend import Backend, BackendEnv, Dialect
 from provider.core.errors import BridgeError, NotFound, StoreUnavailable
 from provider.core.identity import pod_scope, pod_token
@@ -37,8 +40,9 @@ from provider.core.model import (
     StorePlan,
     identity_key,
 )
+from provider.core.selection import Selecting
 
-Plan = StorePlan[VaultStore, VaultRef]
+Plan = StorePlan[VaultStore, Ref]
 
 _KV2_HINT = "Invalid path for a versioned K/V"
 
@@ -58,6 +62,8 @@ class VaultBackend:
         self._aws = AwsSigner(env)
         self._auth = Authenticator(env, self._http, options.token_renew_margin, self._aws)
         self._leases = Leases(env, self._http)
+        #: Selections: the KV mounts under their paths, and what each identity's held.
+        self.selector = KVSelector()
 
     async def identify(self, plan: Plan, pod: Pod) -> Identity:
         store = plan.store
@@ -81,8 +87,8 @@ class VaultBackend:
         return Identity(key=key, subject=pod.subject, credential=credential)
 
     async def fetch(
-        self, plan: Plan, identity: Identity, refs: Sequence[VaultRef], ctx: FetchContext
-    ) -> Mapping[VaultRef, Fetched]:
+        self, plan: Plan, identity: Identity, refs: Sequence[Ref], ctx: FetchContext
+    ) -> Mapping[Ref, Fetched]:
         store = plan.store
         started = time.monotonic()
         token = await self._auth.token(store, identity, ctx)
@@ -90,12 +96,14 @@ class VaultBackend:
             token = await self._fresh(store, identity, token, ctx)
         names = _object_names(plan)
 
-        async def one(ref: VaultRef) -> tuple[Fetched]:
+        async def one(ref: Ref) -> tuple[Fetched]:
             # Wrapped in a tuple: a returned per-ref error must not look like a raised one.
+            if isinstance(ref, VaultSelection):
+                return (await self._select(store, identity, token, ref, ctx, started),)
             return (await self._read(store, identity, token, ref, names, ctx, started),)
 
         outcomes = await asyncio.gather(*(one(ref) for ref in refs), return_exceptions=True)
-        results: dict[VaultRef, Fetched] = {}
+        results: dict[Ref, Fetched] = {}
         for ref, outcome in zip(refs, outcomes, strict=True):
             if isinstance(outcome, BaseException):
                 # Only a refused re-login (or a bug) gets here: it fails the whole Mount, after
@@ -130,7 +138,7 @@ class VaultBackend:
         identity: Identity,
         token: VaultToken,
         ref: VaultRef,
-        names: Mapping[VaultRef, str],
+        names: Mapping[Ref, str],
         ctx: FetchContext,
         started: float,
     ) -> Fetched:
@@ -160,11 +168,46 @@ class VaultBackend:
             self._leases.saw_lease(ref)
         return [dataclasses.replace(value.value, lifetime=lifetime)]
 
+    async def _select(
+        self,
+        store: VaultStore,
+        identity: Identity,
+        token: VaultToken,
+        sel: VaultSelection,
+        ctx: FetchContext,
+        started: float,
+    ) -> Fetched:
+        """A selection's listing and reads, each call as `_read` makes it (one shared re-login
+        when a token cached before this fetch is refused)."""
+        held = [token]
+
+        async def call(request: VaultRef, doing: str, operation: str) -> Reply | BridgeError:
+            used = held[0]
+            reply = await self._attempt(store, used, request, ctx, doing, operation, quote=True)
+            if isinstance(reply, Reply) and reply.status == 403 and used.obtained < started:
+                if held[0] is used:
+                    held[0] = await self._auth.relogin(store, identity, used, ctx)
+                reply = await self._attempt(
+                    store, held[0], request, ctx, doing, operation, quote=True
+                )
+            return reply
+
+        who = f"as {identity.subject} (role {store.role!r}, auth/{store.mount})"
+        return await self.selector.read(sel, identity.key, call, _selected, who)
+
     async def _attempt(
-        self, store: VaultStore, token: VaultToken, ref: VaultRef, ctx: FetchContext, doing: str
+        self,
+        store: VaultStore,
+        token: VaultToken,
+        ref: VaultRef,
+        ctx: FetchContext,
+        doing: str,
+        operation: str = "read",
+        *,
+        quote: bool = False,
     ) -> Reply | BridgeError:
         async def call() -> Reply:
-            with self._env.metrics.backend_call("vault", "read"):
+            with self._env.metrics.backend_call("vault", operation):
                 reply = await self._http.request(
                     store.address,
                     store.tls,
@@ -176,6 +219,7 @@ class VaultBackend:
                     query=ref.query,
                     body=ref.body,
                     doing=doing,
+                    quote=quote,
                 )
             if reply.status >= 500 or reply.status in (412, 429):
                 raise status_error(reply, doing, denied="")
@@ -241,8 +285,15 @@ def _value(reply: Reply, doing: str) -> _Read | BridgeError:
     return _Read(value, payload)
 
 
-def _object_names(plan: Plan) -> dict[VaultRef, str]:
-    names: dict[VaultRef, list[str]] = {}
+def _selected(reply: Reply, doing: str) -> tuple[SecretValue, dict[str, Any]] | BridgeError:
+    """A selected secret's value as a listed object's without secretKey (the whole answer; its
+    data map for extraction), and the answer parsed. A KV secret has no lifetime."""
+    read = _value(reply, doing)
+    return read if isinstance(read, BridgeError) else (read.value, read.payload)
+
+
+def _object_names(plan: Plan) -> dict[Ref, str]:
+    names: dict[Ref, list[str]] = {}
     for spec in plan.objects:
         names.setdefault(spec.ref, []).append(spec.name)
     return {
@@ -251,10 +302,12 @@ def _object_names(plan: Plan) -> dict[VaultRef, str]:
     }
 
 
-def create(env: BackendEnv[Options]) -> Backend[VaultStore, VaultRef]:
+def create(env: BackendEnv[Options]) -> Backend[VaultStore, Ref]:
     """The store's backend, typed as the protocol so that mypy checks it against it."""
     return VaultBackend(env)
 
 
 #: The dialect module, checked by mypy against the Dialect protocol (provider/core/backend.py).
-DIALECT: Dialect[VaultStore, VaultRef, Options] = dialect
+DIALECT: Dialect[VaultStore, Ref, Options] = dialect
+#: ... and against the Selecting protocol (provider/core/selection.py).
+SELECTING: Selecting[VaultStore, Ref] = dialect
