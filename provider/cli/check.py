@@ -21,7 +21,7 @@ from backends import registry
 from provider.cli import spc
 from provider.core.errors import InvalidParameters
 from provider.core.model import describe
-from provider.mount.planning import MountPlan, parse_plan
+from provider.mount.planning import MountPlan, parse_plan, selects
 from provider.mount.stores import NamedStore
 
 EXIT_OK, EXIT_INVALID, EXIT_USAGE = 0, 1, 2
@@ -171,7 +171,7 @@ def _files(plan: MountPlan) -> list[dict[str, Any]]:
         for spec in named.plan.objects:
             if not spec.transforms.file:
                 continue
-            selector = spec.field.startswith("select[")
+            selector = selects(spec)
             entry = {
                 "path": spec.name,
                 "mode": _mode(spec.mode),

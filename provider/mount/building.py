@@ -33,7 +33,7 @@ from provider.core.files import (
 from provider.core.model import ObjectSpec, SecretValue
 from provider.core.versions import Versioner
 from provider.mount import templates, transforms
-from provider.mount.planning import Inputs, MountPlan
+from provider.mount.planning import Inputs, MountPlan, selects
 
 
 class Built(NamedTuple):
@@ -44,9 +44,11 @@ class Built(NamedTuple):
 
 
 class Builder:
-    def __init__(self, versioner: Versioner, max_bytes: int) -> None:
+    def __init__(self, versioner: Versioner, max_bytes: int, max_objects: int = 100) -> None:
         self._versioner = versioner
         self._max_bytes = max_bytes
+        #: --max-objects: the listed objects and the secrets selectors matched, together.
+        self._max_objects = max_objects
 
     def failures(
         self, inputs: Inputs, values: Mapping[Hashable, Sequence[SecretValue]]
@@ -89,6 +91,7 @@ class Builder:
         failures: list[tuple[str, BridgeError]] = []
         parsed: dict[Any, Any] = {}
         per_object: list[tuple[str, tuple[str, ...]]] = []
+        self._count_secrets(inputs, values)
         for spec, key in inputs:
             try:
                 built = self._object_files(spec, values[key], left, scope, parsed)
@@ -129,6 +132,23 @@ class Builder:
             versions.append(ObjectVersion(tmpl.path, version))
         self._check(files, origins, versions, len(per_object), len(plan.templates))
         return Built(tuple(files), tuple(versions), tuple(per_object))
+
+    def _count_secrets(
+        self, inputs: Inputs, values: Mapping[Hashable, Sequence[SecretValue]]
+    ) -> None:
+        """Each selector stops at --max-objects; several, with the listed objects, may not
+        pass it together either."""
+        selected = [(spec, len(values[key])) for spec, key in inputs if selects(spec)]
+        if not selected:
+            return
+        total = len(inputs) - len(selected) + sum(n for _, n in selected)
+        if total > self._max_objects:
+            counts = ", ".join(f"{spec.field} {n}" for spec, n in selected)
+            raise LimitExceeded(
+                f"the class's objects and the secrets its selectors match ({counts}) are "
+                f"{total}, over this provider's limit of {self._max_objects} files per class "
+                "(--max-objects); narrow a selector or split the class"
+            )
 
     def _object_files(
         self,

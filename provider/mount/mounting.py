@@ -90,7 +90,7 @@ class Mounter:
         self._refresh_bounds = refresh_bounds
         self._options_for = options_for
         self._fetcher = fetcher
-        self._builder = Builder(versioner, max_response_bytes)
+        self._builder = Builder(versioner, max_response_bytes, max_objects)
         self._enable_fake = enable_fake
         self._max_objects = max_objects
         # Parsed plans by parameters: every pod of a class sends the same parameters, and

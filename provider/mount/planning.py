@@ -220,6 +220,11 @@ def _renew_at(text: str, problems: Problems) -> float | None:
 SELECT = "select"
 
 
+def selects(spec: ObjectSpec[Any]) -> bool:
+    """Whether the object is a `select` entry (its files are the secrets it matches)."""
+    return spec.field.startswith(SELECT + "[")
+
+
 def _with_selectors(
     params: Mapping[str, str], plan: MountPlan, max_objects: int, strict: bool
 ) -> MountPlan:
@@ -370,7 +375,7 @@ def _check_paths(
     paths: list[str] = []
     selected = False
     for spec in objects:
-        if spec.field.startswith(SELECT + "["):
+        if selects(spec):
             # A selector's files (its directory was checked with it): their collisions with
             # each other and with the other files are checked as they are built.
             selected = selected or spec.transforms.file

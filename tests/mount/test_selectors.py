@@ -170,3 +170,12 @@ async def test_a_required_empty_selection_fails_from_the_cache_too(tmp_path: Pat
     for _ in range(2):
         with pytest.raises(MountFailed, match=r"select\[0\]: no secret matches it"):
             await h.files([PLAIN], select=strict)
+
+
+async def test_selectors_and_objects_share_max_objects(tmp_path: Path) -> None:
+    h = Harness(tmp_path, max_objects=4)
+    h.write({"secrets": {"plain": "x", "a/1": "1", "a/2": "2", "b/1": "3", "b/2": "4"}})
+    two = select({"prefix": "a/", "directory": "a"}, {"prefix": "b/", "directory": "b"})
+    with pytest.raises(LimitExceeded, match=r"\(select\[0\] 2, select\[1\] 2\) are 5, over"):
+        await h.files([PLAIN], select=two)
+    assert len(await h.files([], select=two)) == 4
