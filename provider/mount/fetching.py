@@ -132,12 +132,14 @@ class Fetcher:
         the value cache and younger than the class's reuse window (`refresh`), counted as
         hits; else None, and nothing counted: the caller then `fetch`es, which counts each ref
         as what it turns out to be. A cached mount's whole fetch."""
-        window = self.window(refresh)
+        window = self._ttl if refresh is None else refresh
         if window <= 0:
             return None
         found = self._cache.get_all(keys, window)
         if found is not None:
-            self._count_hits(len(found), refresh)
+            self._count("hit", len(found))
+            if refresh is not None:  # reused under the class's own policy
+                self._metrics.class_refresh_reuses.inc(len(found))
         return found
 
     def _count_hits(self, hits: int, refresh: float | None) -> None:

@@ -14,11 +14,9 @@ silently switch sources.
 from __future__ import annotations
 
 import asyncio
-import dataclasses
 import logging
 from collections.abc import Awaitable, Callable, Hashable, Iterator, Sequence
-from dataclasses import dataclass
-from typing import Any, TypeVar
+from typing import Any, NamedTuple, TypeVar
 
 from backends import registry
 from provider.core.backend import AnyBackend
@@ -27,7 +25,7 @@ from provider.core.model import FetchContext, Fetched, Identity, ObjectSpec, Pod
 from provider.core.model import SecretValue as Value
 from provider.mount.fetching import Fetcher
 from provider.mount.lifetimes import Owner
-from provider.mount.planning import MountPlan
+from provider.mount.planning import Inputs, MountPlan
 from provider.mount.reads import StoreRead
 from provider.mount.stores import Fallback, NamedStore
 
@@ -39,15 +37,16 @@ T = TypeVar("T")
 _Read = dict[Hashable, Fetched] | BridgeError
 
 
-@dataclass
-class Gathered:
+class Gathered(NamedTuple):
+    """(A NamedTuple: the cached path makes one per mount.)"""
+
     #: What the files are built from, in order (provider/mount/building.py).
-    inputs: list[tuple[ObjectSpec[Any], Hashable]]
+    inputs: Inputs
     #: Values by (store index, ref); a fallback's by (its store's index, ref, "fallback").
     values: dict[Hashable, Sequence[Value]]
     failures: list[tuple[str, BridgeError]]
     #: The `optional` objects the store (and their fallback) did not have: no files.
-    absent: list[ObjectSpec[Any]] = dataclasses.field(default_factory=list)
+    absent: list[ObjectSpec[Any]]
 
 
 async def identify(
@@ -57,6 +56,10 @@ async def identify(
     consulted. A class of several stores gets one error naming every store that refused and,
     for a missing token, every audience the class needs."""
     stores = plan.stores
+    if not plan.named:  # one store: its refusal is its own, raised as it is
+        store = stores[0].plan
+        backend = backend_for(store.backend)
+        return [StoreRead(backend, store, await backend.identify(store, pod), plan.refresh)]
     backends = [backend_for(s.plan.backend) for s in stores]
     outcomes = await _together(
         [_identity(b, s, pod) for s, b in zip(stores, backends, strict=True)]
@@ -74,10 +77,16 @@ async def identify(
 def cached(fetcher: Fetcher, plan: MountPlan, reads: Sequence[StoreRead]) -> Gathered | None:
     """Every value of the class from the value cache, or None: a cached mount's whole fetch,
     without setting up a read."""
-    found = fetcher.cached([reads[i].key(ref) for i, ref in plan.keys], plan.refresh)
+    if len(reads) == 1:  # the usual class: no store index to look up per key
+        identity = reads[0].identity.key
+        keys = [(identity, ref) for _, ref in plan.keys]
+    else:
+        identities = [read.identity.key for read in reads]
+        keys = [(identities[i], ref) for i, ref in plan.keys]
+    found = fetcher.cached(keys, plan.refresh)
     if found is None or not all(found):  # an empty selection: `gather` says if it may be
         return None
-    return Gathered(list(plan.inputs), dict(zip(plan.keys, found, strict=True)), [])
+    return Gathered(plan.inputs, dict(zip(plan.keys, found, strict=True)), [], [])
 
 
 async def gather(
@@ -111,12 +120,13 @@ async def gather(
             if fallback is not None and isinstance(results[spec.ref], NotFound):
                 wanted.setdefault(fallback.store, []).append(fallback)
     second = await _read_fallbacks(fetcher, stores, reads, wanted, ctx, owner)
-    gathered = Gathered([], {}, [])
+    inputs: list[tuple[ObjectSpec[Any], Hashable]] = []
+    gathered = Gathered(inputs, {}, [], [])
     for index, (s, results) in enumerate(zip(stores, outcomes, strict=True)):
         for spec, fallback in _with_fallbacks(s):
             result = results[spec.ref]
             if isinstance(result, NotFound) and fallback is not None:
-                _use_fallback(gathered, s, spec, result, stores, fallback, second, fetcher)
+                _use_fallback(gathered, inputs, s, spec, result, stores, fallback, second, fetcher)
             elif isinstance(result, NotFound) and spec.transforms.optional:
                 _absent(gathered, spec, index, sources)
             elif isinstance(result, BridgeError):
@@ -126,7 +136,7 @@ async def gather(
                 gathered.failures.append((spec.name, _in_store(s, spec.name, error)))
             else:
                 gathered.values[(index, spec.ref)] = result
-                gathered.inputs.append((spec, (index, spec.ref)))
+                inputs.append((spec, (index, spec.ref)))
     return gathered
 
 
@@ -158,10 +168,8 @@ async def _identity(backend: AnyBackend, store: NamedStore, pod: Pod) -> Identit
 
 
 def _refusal(plan: MountPlan, refused: list[tuple[NamedStore, BridgeError]]) -> BridgeError:
-    """The error of a mount whose stores refused to identify the pod: a one-store class's
-    store's own; else one naming every store that refused."""
-    if not plan.named:
-        return refused[0][1]
+    """The error of a mount of a class of several stores whose stores refused to identify the
+    pod: one naming every store that refused."""
     text = "; ".join(f"{s.label}: {err}" for s, err in refused)
     if any(isinstance(err, MissingCredential) for _, err in refused):
         text += f" (this class needs pod tokens for the audiences: {_audiences(plan.stores)})"
@@ -221,7 +229,7 @@ async def _read_fallbacks(
     for index, fallbacks in wanted.items():
         plan = stores[index].fallback_plan
         assert plan is not None  # a store some object falls back to has one
-        read = dataclasses.replace(reads[index], plan=plan)
+        read = reads[index]._replace(plan=plan)
         calls.append(_read(fetcher, read, [f.spec.ref for f in fallbacks], ctx, None, owner))
     outcomes = await _together(calls)
     return {
@@ -234,6 +242,7 @@ async def _read_fallbacks(
 
 def _use_fallback(
     gathered: Gathered,
+    inputs: list[tuple[ObjectSpec[Any], Hashable]],
     store: NamedStore,
     spec: ObjectSpec[Any],
     not_found: NotFound,
@@ -267,7 +276,7 @@ def _use_fallback(
     )
     key = (fallback.store, fallback.spec.ref, "fallback")
     gathered.values[key] = result
-    gathered.inputs.append((fallback.spec, key))
+    inputs.append((fallback.spec, key))
 
 
 def _absent(

@@ -8,14 +8,15 @@ limits apply by the plan's backend name, and the backend reads it with the plan 
 from __future__ import annotations
 
 from collections.abc import Hashable
-from dataclasses import dataclass
+from typing import NamedTuple
 
 from provider.core.backend import AnyBackend
 from provider.core.model import AnyPlan, Identity
 
 
-@dataclass(frozen=True, slots=True)
-class StoreRead:
+class StoreRead(NamedTuple):
+    """(A NamedTuple: one is made per store per mount, on the cached path too.)"""
+
     backend: AnyBackend
     #: The store's plan (a class of several stores: one store's, or its fallback plan).
     plan: AnyPlan
