@@ -13,20 +13,32 @@ the current version's attributes, its tags and contentType, and `managed` for a 
 secret; a principal may list when its access is "*" or it is one of the vault's `listers`.
 `list_forever` answers empty pages with a next link for ever; `next_link_host` sends the next
 page elsewhere (hostile servers); `gone` objects are listed but not found when read.
+
+With `signed_tokens`, Entra's access tokens are RS256 JWTs as Entra's v1 tokens are (`aud` the
+scope's resource, `iss` https://sts.windows.net/<tenant>/, `tid`, `oid` (`object_id`), `appid`,
+`nbf`/`exp`), signed with `token_key`, whose public half Entra's keys endpoint publishes
+(`/<tenant>/discovery/keys`, named by the v1 discovery document `/<tenant>/.well-known/
+openid-configuration`, as Vault's azure method reads it). `entra_app()` serves Entra alone, on
+any host name (a test's `AZURE_AUTHORITY_HOST`).
 """
 
 from __future__ import annotations
 
 import itertools
+import json
 import re
 import secrets
 import ssl
+import time
+import uuid
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 from urllib.parse import urlencode
 
+import jwt
 from aiohttp import web
+from cryptography.hazmat.primitives.asymmetric import rsa
 
 from devkit import certs
 from devkit.ports import serve_app
@@ -110,6 +122,48 @@ class FakeAzure:
         self.list_forever = False
         self.next_link_host: str | None = None
         self.calls = Calls()
+        #: Issue signed JWT access tokens (Entra's v1 shape) instead of opaque ones.
+        self.signed_tokens = False
+        self.token_key: rsa.RSAPrivateKey | None = None
+        self.token_kid = "kid-" + secrets.token_hex(8)
+        #: client id -> object (principal) id of its service principal; made on first use.
+        self.object_ids: dict[str, str] = {}
+        #: The claims of each signed token issued.
+        self.token_claims: list[dict[str, Any]] = []
+
+    def object_id(self, client: str) -> str:
+        return self.object_ids.setdefault(client, str(uuid.uuid5(uuid.NAMESPACE_URL, client)))
+
+    def signing_key(self) -> rsa.RSAPrivateKey:
+        if self.token_key is None:
+            self.token_key = rsa.generate_private_key(public_exponent=65537, key_size=2048)
+        return self.token_key
+
+    def signed_token(self, tenant: str, client: str, scope: str, **claims: Any) -> str:
+        """An Entra v1 access token for the scope's resource, signed with `token_key`."""
+        now = int(time.time())
+        body: dict[str, Any] = {
+            "aud": scope.removesuffix("/.default"),
+            "iss": f"https://sts.windows.net/{tenant}/",
+            "iat": now,
+            "nbf": now,
+            "exp": now + self.expires_in,
+            "tid": tenant,
+            "oid": self.object_id(client),
+            "sub": self.object_id(client),
+            "appid": client,
+            "ver": "1.0",
+            **claims,
+        }
+        self.token_claims.append(body)
+        headers = {"kid": self.token_kid, "typ": "JWT"}
+        return jwt.encode(body, self.signing_key(), algorithm="RS256", headers=headers)
+
+    def entra_app(self) -> web.Application:
+        """Entra alone, whatever the Host (a test's AZURE_AUTHORITY_HOST names it)."""
+        app = web.Application()
+        app.router.add_route("*", "/{tail:.*}", self._entra)
+        return app
 
     def vault(self, name: str, tenant: str) -> Vault:
         self.vaults[name] = Vault(name, tenant)
@@ -130,6 +184,9 @@ class FakeAzure:
 
     # --- Microsoft Entra -------------------------------------------------------------------
     async def _entra(self, request: web.Request) -> web.StreamResponse:
+        keys = self._entra_keys(request)
+        if keys is not None:
+            return keys
         m = re.fullmatch(r"/([^/]+)/v2\.0/\.well-known/openid-configuration", request.path)
         if m and request.method == "GET":
             base = f"https://{AUTHORITY}/{m.group(1)}"
@@ -169,6 +226,8 @@ class FakeAzure:
         """Entra's answer to a login it accepted: an access token for `client` (also what the
         AKS token proxy of devkit/azure_binding.py relays)."""
         token = "at-" + secrets.token_urlsafe(16)
+        if self.signed_tokens:
+            token = self.signed_token(tenant, client, scope)
         self.issued[token] = (tenant, client, scope)
         return web.json_response(
             {
@@ -178,6 +237,28 @@ class FakeAzure:
                 "access_token": token,
             }
         )
+
+    def _entra_keys(self, request: web.Request) -> web.Response | None:
+        """The v1 discovery document and the signing keys (Vault's azure method reads them)."""
+        if request.method != "GET":
+            return None
+        base = f"https://{request.host}"
+        m = re.fullmatch(r"/([^/]+)/\.well-known/openid-configuration", request.path)
+        if m:
+            tenant = m.group(1)
+            return web.json_response(
+                {
+                    "issuer": f"https://sts.windows.net/{tenant}/",
+                    "jwks_uri": f"{base}/{tenant}/discovery/keys",
+                    "token_endpoint": f"{base}/{tenant}/oauth2/token",
+                    "id_token_signing_alg_values_supported": ["RS256"],
+                }
+            )
+        if re.fullmatch(r"/[^/]+/discovery(?:/v2\.0)?/keys", request.path):
+            public = json.loads(jwt.algorithms.RSAAlgorithm.to_jwk(self.signing_key().public_key()))
+            key = {**public, "kid": self.token_kid, "use": "sig", "alg": "RS256"}
+            return web.json_response({"keys": [key]})
+        return None
 
     # --- Key Vault -------------------------------------------------------------------------
     def _vault(self, name: str, request: web.Request) -> web.StreamResponse:

@@ -13,10 +13,19 @@ it is served (a private token endpoint forwards to Google): the grant type, `aud
 Google's token endpoint, a lifetime of at most an hour around now, a scope, and — for a key
 registered with `add_key` — the RS256 signature; each refusal is Google's `invalid_grant` (or
 `unsupported_grant_type`, `invalid_scope`) answer with status 400.
+
+IAM credentials `signJwt` signs a payload with a real RSA key of the service account (made on
+first use, kept in `signing_keys`) for a caller holding roles/iam.serviceAccountTokenCreator on it
+(`signers`); the public halves are published as Google publishes them
+(`/service_accounts/v1/metadata/x509/<email>`: key id -> certificate PEM, and
+`/service_accounts/v1/jwk/<email>`: a JWKS), and IAM's `serviceAccounts.get` answers the
+accounts registered with `add_service_account` (email, uniqueId, projectId).
 """
 
 from __future__ import annotations
 
+import datetime
+import json
 import re
 import secrets
 import ssl
@@ -28,6 +37,10 @@ from typing import Any
 import grpc
 import jwt
 from aiohttp import web
+from cryptography import x509
+from cryptography.hazmat.primitives import hashes, serialization
+from cryptography.hazmat.primitives.asymmetric import rsa
+from cryptography.x509.oid import NameOID
 from google.cloud.secretmanager_v1.types import resources, service
 
 from devkit.ports import serve_app
@@ -96,6 +109,14 @@ class FakeGoogle:
     listings: list[tuple[str, str, str]] = field(default_factory=list)
     #: A hostile store: ListSecrets answers empty pages, each with a next page token, forever.
     endless_pages: bool = False
+    #: Google service account -> principals allowed to signJwt as it (TokenCreator).
+    signers: dict[str, set[str]] = field(default_factory=dict)
+    #: Google service account -> (key id, private key) that signJwt signs with.
+    signing_keys: dict[str, tuple[str, rsa.RSAPrivateKey]] = field(default_factory=dict)
+    #: The payload of each JWT signJwt signed.
+    signed_payloads: list[dict[str, Any]] = field(default_factory=list)
+    #: Registered service accounts: email -> (uniqueId, projectId), for serviceAccounts.get.
+    service_accounts: dict[str, tuple[str, str]] = field(default_factory=dict)
 
     def add_version(self, secret: str, payload: bytes | str, *readers: str) -> str:
         data = payload.encode() if isinstance(payload, str) else payload
@@ -175,6 +196,54 @@ class FakeGoogle:
         if not claims.get("scope"):
             return "invalid_scope", "Invalid OAuth scope or ID token audience provided."
         return claims
+
+    def add_service_account(self, email: str, project_id: str = "proj") -> str:
+        """A service account serviceAccounts.get knows; returns its uniqueId."""
+        unique_id = str(100000000000000000000 + len(self.service_accounts))
+        self.service_accounts[email] = (unique_id, project_id)
+        return unique_id
+
+    def signing_key(self, email: str) -> tuple[str, rsa.RSAPrivateKey]:
+        """The service account's system-managed key signJwt signs with (made on first use)."""
+        if email not in self.signing_keys:
+            private = rsa.generate_private_key(public_exponent=65537, key_size=2048)
+            self.signing_keys[email] = (secrets.token_hex(20), private)
+        return self.signing_keys[email]
+
+    def sign_jwt(self, email: str, payload: str) -> tuple[str, str]:
+        """signJwt: the payload (a JSON object) signed RS256 with the account's key."""
+        claims = json.loads(payload)
+        if not isinstance(claims, dict):
+            raise ValueError("payload")
+        kid, private = self.signing_key(email)
+        self.signed_payloads.append(claims)
+        return kid, jwt.encode(claims, private, algorithm="RS256", headers={"kid": kid})
+
+    def x509_keys(self, email: str) -> dict[str, str]:
+        """Google's x509 endpoint of a service account: key id -> self-signed certificate."""
+        if email not in self.signing_keys:
+            return {}
+        kid, private = self.signing_keys[email]
+        name = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, email)])
+        now = datetime.datetime.now(datetime.UTC)
+        cert = (
+            x509.CertificateBuilder()
+            .subject_name(name)
+            .issuer_name(name)
+            .public_key(private.public_key())
+            .serial_number(x509.random_serial_number())
+            .not_valid_before(now - datetime.timedelta(days=1))
+            .not_valid_after(now + datetime.timedelta(days=3650))
+            .sign(private, hashes.SHA256())
+        )
+        return {kid: cert.public_bytes(serialization.Encoding.PEM).decode()}
+
+    def jwks(self, email: str) -> dict[str, Any]:
+        keys = []
+        for kid, private in [self.signing_keys[email]] if email in self.signing_keys else []:
+            jwk = json.loads(jwt.algorithms.RSAAlgorithm.to_jwk(private.public_key()))
+            keys.append({**jwk, "kid": kid, "alg": "RS256", "use": "sig"})
+        return {"keys": keys}
 
     def issue(self, principal: str) -> str:
         token = "ya29.fake-" + secrets.token_hex(12)
@@ -442,6 +511,8 @@ def http_app(google: FakeGoogle) -> web.Application:
 
     async def iam(request: web.Request) -> web.Response:
         target = request.match_info["target"]
+        if target.endswith(":signJwt"):
+            return await sign_jwt(request, target.removesuffix(":signJwt"))
         gsa = target.removesuffix(":generateAccessToken")
         body = await request.json()
         auth = request.headers.get("Authorization", "")
@@ -454,6 +525,50 @@ def http_app(google: FakeGoogle) -> web.Application:
             return web.json_response({"error": {"code": 403, "message": msg}}, status=403)
         expire = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(time.time() + google.lifetime))
         return web.json_response({"accessToken": google.issue(f"gsa:{gsa}"), "expireTime": expire})
+
+    async def sign_jwt(request: web.Request, gsa: str) -> web.Response:
+        body = await request.json()
+        auth = request.headers.get("Authorization", "")
+        caller = google.tokens.get(auth.removeprefix("Bearer "))
+        google.iam_requests.append({"gsa": gsa, "caller": caller, "body": body, "signJwt": True})
+        if caller is None:
+            return web.json_response(
+                {"error": {"code": 401, "status": "UNAUTHENTICATED"}}, status=401
+            )
+        if caller not in google.signers.get(gsa, set()):
+            msg = (
+                "Permission 'iam.serviceAccounts.signJwt' denied on resource (or it may not exist)."
+            )
+            return web.json_response(
+                {"error": {"code": 403, "message": msg, "status": "PERMISSION_DENIED"}}, status=403
+            )
+        try:
+            kid, signed = google.sign_jwt(gsa, str(body.get("payload", "")))
+        except (ValueError, TypeError):
+            error = {"code": 400, "message": "Invalid payload", "status": "INVALID_ARGUMENT"}
+            return web.json_response({"error": error}, status=400)
+        return web.json_response({"keyId": kid, "signedJwt": signed})
+
+    async def get_service_account(request: web.Request) -> web.Response:
+        email = request.match_info["target"]
+        if email not in google.service_accounts:
+            error = {"code": 404, "status": "NOT_FOUND"}
+            return web.json_response({"error": error}, status=404)
+        unique_id, project_id = google.service_accounts[email]
+        return web.json_response(
+            {
+                "name": f"projects/{project_id}/serviceAccounts/{email}",
+                "email": email,
+                "uniqueId": unique_id,
+                "projectId": project_id,
+            }
+        )
+
+    async def x509_keys(request: web.Request) -> web.Response:
+        return web.json_response(google.x509_keys(request.match_info["email"]))
+
+    async def jwk_keys(request: web.Request) -> web.Response:
+        return web.json_response(google.jwks(request.match_info["email"]))
 
     async def oauth(request: web.Request) -> web.Response:
         form = {k: str(v) for k, v in (await request.post()).items()}
@@ -483,6 +598,9 @@ def http_app(google: FakeGoogle) -> web.Application:
     app = web.Application()
     app.router.add_post("/v1/token", sts)
     app.router.add_post("/v1/projects/-/serviceAccounts/{target}", iam)
+    app.router.add_get("/v1/projects/-/serviceAccounts/{target}", get_service_account)
+    app.router.add_get("/service_accounts/v1/metadata/x509/{email}", x509_keys)
+    app.router.add_get("/service_accounts/v1/jwk/{email}", jwk_keys)
     app.router.add_post("/oauth2/token", oauth)
     app.router.add_get("/api/v1/namespaces/{ns}/serviceaccounts/{name}", service_account)
     return app

@@ -94,6 +94,27 @@ KNOWN_ERRORS = (
     ("error making upstream request", "STS refused the signed request (upstream request)"),
     ("auth method iam not allowed", "auth method iam not allowed for the role"),
     ("entry for role", "role could not be found"),
+    # Vault's gcp method (iam type): vault-plugin-auth-gcp plugin/path_login.go.
+    ("is not authorized for role", "service account is not authorized for the role"),
+    ("not in bound projects", "service account is not in the role's bound projects"),
+    ("must end in", "the JWT's aud claim must end in vault/<role>"),
+    ("jwt must expire in", "the JWT expires too late"),
+    ("jwts expire within", "the JWT expires after the role's max_jwt_exp"),
+    ("unable to get public key", "no public key for the JWT's signature"),
+    ('" not found', "role could not be found"),
+    # Vault's azure method: vault-plugin-auth-azure path_login.go, and go-oidc's verifier.
+    ("service principal not authorized", "service principal not authorized"),
+    ("groups not authorized", "groups not authorized"),
+    ("issued by a different provider", "invalid issuer (iss) claim"),
+    ("subscription not authorized", "subscription not authorized"),
+    ("resource group not authorized", "resource group not authorized"),
+    ("location not authorized", "location not authorized"),
+    ("scale set not authorized", "scale set not authorized"),
+    ("token claim does not match", "the token's xms_mirid does not match the login's resource"),
+    (
+        "subscription_id and resource_group_name are required",
+        "subscription_id and resource_group_name are required",
+    ),
     # A renewal at the max TTL: OpenBao answers HTTP 500, and asking again will not help.
     ("past the max ttl", "past the max TTL, cannot renew"),
 )

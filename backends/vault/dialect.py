@@ -6,7 +6,7 @@
       vaultAddress: https://vault:8200    # default: --vault-addr / VAULT_ADDR
       vaultAuthMountPath: kubernetes      # or the older vaultKubernetesMountPath
       audience: vault                     # default "openbao" when an OpenBao spelling is used
-      vaultAuthType: kubernetes           # or jwt, aws: see backends/vault/methods.py
+      vaultAuthType: kubernetes           # or jwt, aws, gcp, azure: see backends/vault/methods.py
       objects: |                          # see backends/vault/objects.py
         - {objectName: db-password, secretPath: secret/data/db, secretKey: password}
       select: |                           # optional: see backends/vault/selectors.py
@@ -31,7 +31,7 @@ from typing import Any
 
 import yaml
 
-from backends.vault.methods import AwsAuth, parse_method
+from backends.vault.methods import CLOUD_KEYS, AwsAuth, AzureAuth, GcpAuth, parse_method
 from backends.vault.objects import VaultRef, parse_objects
 from backends.vault.options import Options
 from backends.vault.selectors import SELECT_KEYS as SELECT_KEYS
@@ -66,6 +66,7 @@ SPELLINGS: dict[str, tuple[str, ...]] = {
     "aws_role_arn": tuple(p + "AWSRoleArn" for p in _PREFIXES),
     "aws_pod_identity": tuple(p + "AWSUsePodIdentity" for p in _PREFIXES),
     "aws_server_id": tuple(p + "AWSIAMServerID" for p in _PREFIXES),
+    **{name: tuple(p + suffix for p in _PREFIXES) for name, suffix in CLOUD_KEYS.items()},
 }
 KEYS = frozenset(k for spellings in SPELLINGS.values() for k in spellings)
 DEFAULT_MOUNT = "kubernetes"
@@ -94,10 +95,12 @@ class VaultStore:
     mount: str
     audience: str
     tls: TLSConfig
-    #: The auth method (backends/vault/methods.py): kubernetes, jwt or aws.
+    #: The auth method (backends/vault/methods.py): kubernetes, jwt, aws, gcp or azure.
     method: str = "kubernetes"
-    #: The aws method's settings (method "aws" only).
+    #: The cloud method's settings (method "aws", "gcp", "azure" only).
     aws: AwsAuth | None = None
+    gcp: GcpAuth | None = None
+    azure: AzureAuth | None = None
 
     def describe(self) -> str:
         namespace = f" namespace {self.namespace}" if self.namespace else ""
@@ -149,6 +152,8 @@ def parse(params: Mapping[str, str], ctx: ParseContext[Options]) -> StorePlan[Va
         ),
         method=method.name,
         aws=method.aws,
+        gcp=method.gcp,
+        azure=method.azure,
     )
     if bool(store.tls.client_cert) != bool(store.tls.client_key):
         problems.add(

@@ -29,7 +29,7 @@ from backends.vault.selected import KVSelector
 from backends.vault.selectors import VaultSelection
 from provider.core.backend import Backend, BackendEnv, Dialect
 from provider.core.errors import BridgeError, NotFound, StoreUnavailable
-from provider.core.identity import pod_scope, pod_token
+from provider.core.identity import pod_scope
 from provider.core.model import (
     FetchContext,
     Fetched,
@@ -67,13 +67,8 @@ class VaultBackend:
 
     async def identify(self, plan: Plan, pod: Pod) -> Identity:
         store = plan.store
-        cloud: tuple[str, ...] = ()
-        if store.aws is not None:
-            # The AWS identity that signs the login, and what the signature is bound to.
-            credential: Any = await self._aws.who(store.aws, store.audience, pod)
-            cloud = ("aws", credential.key, store.aws.region, store.aws.server_id or "-")
-        else:
-            credential = await pod_token(self._env, pod, store.audience)
+        # The pod's token, or its cloud identity and what the login is bound to (auth.py).
+        credential, cloud = await self._auth.who(store, pod)
         key = identity_key(
             "vault",
             store.address,

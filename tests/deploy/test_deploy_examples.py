@@ -29,6 +29,8 @@ FEATURES = [
     "azure-select.yaml",
     "gcp-select.yaml",
     "vault-aws-auth.yaml",
+    "vault-azure-auth.yaml",
+    "vault-gcp-auth.yaml",
     "vault-select.yaml",
 ]
 CLASSES = [*(example for example, _ in PER_STORE), "extensions.yaml", *FEATURES]

@@ -1,17 +1,22 @@
-"""vaultAuthType and the aws method's keys: defaults, audiences, and every problem named."""
+"""vaultAuthType and the cloud methods' keys: defaults, audiences, and every problem named."""
 
 from __future__ import annotations
 
 import pytest
 
 from backends.vault import dialect
-from backends.vault.methods import AwsAuth
+from backends.vault.methods import AwsAuth, AzureAuth, GcpAuth
 from backends.vault.options import Options
 from provider.core.model import ParseContext
 from provider.core.parsing import InvalidClass
 
 OBJECTS = "- {objectName: a, secretPath: secret/data/a, secretKey: k}"
 ROLE_ARN = "arn:aws:iam::111122223333:role/app"
+GKE = "identitynamespace:proj.svc.id.goog:https://container.googleapis.com/v1/projects/p/x"
+WIF = "//iam.googleapis.com/projects/1/locations/global/workloadIdentityPools/p/providers/k"
+TENANT = "72f988bf-86f1-41af-91ab-2d7cd011db47"
+CLIENT = "11111111-2222-3333-4444-555555555555"
+AZURE = {"vaultAuthType": "azure", "vaultAzureTenantID": TENANT, "vaultAzureClientID": CLIENT}
 
 
 def parse(**params: str) -> dialect.VaultStore:
@@ -50,6 +55,13 @@ def test_without_an_auth_type_the_login_is_kubernetes_as_before() -> None:
             {"vaultAuthType": "aws", "vaultAuthMountPath": "eks/prod", "audience": "sts-custom"},
             ("aws", "eks/prod", "sts-custom"),
         ),
+        (
+            {"vaultAuthType": "gcp", "vaultGCPWorkloadIdentityAudience": GKE},
+            ("gcp", "gcp", "proj.svc.id.goog"),
+        ),
+        ({"vaultAuthType": "gcp", "baoGCPWorkloadIdentityAudience": WIF}, ("gcp", "gcp", WIF)),
+        (AZURE, ("azure", "azure", "api://AzureADTokenExchange")),
+        ({**AZURE, "audience": "api://custom"}, ("azure", "azure", "api://custom")),
     ],
 )
 def test_method_mount_and_audience(params: dict[str, str], expected: tuple[str, ...]) -> None:
@@ -72,12 +84,61 @@ def test_the_aws_settings() -> None:
     assert "auth/aws aws role app" in store.describe()
 
 
+def test_the_gcp_and_azure_settings() -> None:
+    gcp = parse(
+        vaultAuthType="gcp",
+        vaultGCPWorkloadIdentityAudience=GKE,
+        vaultGCPServiceAccount="app@p.iam.gserviceaccount.com",
+    )
+    assert gcp.gcp == GcpAuth(GKE, "app@p.iam.gserviceaccount.com") and gcp.azure is None
+    azure = parse(
+        **AZURE,
+        vaultAzureSubscriptionID=CLIENT,
+        vaultAzureResourceGroup="rg-1",
+        vaultAzureVMSSName="aks-nodes",
+    )
+    assert azure.azure == AzureAuth(
+        TENANT, CLIENT, "https://management.azure.com/", CLIENT, "rg-1", "", "aks-nodes"
+    )
+    assert azure.azure.login_fields() == {
+        "subscription_id": CLIENT,
+        "resource_group_name": "rg-1",
+        "vmss_name": "aks-nodes",
+    }
+
+
 @pytest.mark.parametrize(
     ("params", "named"),
     [
-        ({"vaultAuthType": "gcp"}, "vaultAuthType: 'gcp' is not supported yet"),
-        ({"vaultAuthType": "azure"}, "vaultAuthType: 'azure' is not supported yet"),
-        ({"vaultAuthType": "ldap"}, "expected one of kubernetes, jwt, aws"),
+        ({"vaultAuthType": "gcp"}, "vaultGCPWorkloadIdentityAudience is required"),
+        (
+            {"vaultAuthType": "gcp", "vaultGCPWorkloadIdentityAudience": "pool"},
+            "is not a workload identity audience",
+        ),
+        (
+            {
+                "vaultAuthType": "gcp",
+                "vaultGCPWorkloadIdentityAudience": GKE,
+                "vaultGCPServiceAccount": "app",
+            },
+            "is not a Google service account email",
+        ),
+        ({"vaultGCPServiceAccount": "a@b.c"}, "only used with vaultAuthType: gcp"),
+        ({"vaultAuthType": "azure"}, "vaultAzureTenantID is required"),
+        ({"vaultAuthType": "azure"}, "vaultAzureClientID is required"),
+        ({**AZURE, "vaultAzureClientID": "app"}, "vaultAzureClientID: 'app' is not the client id"),
+        ({**AZURE, "vaultAzureResource": "management"}, "is not a resource URI"),
+        ({**AZURE, "vaultAzureSubscriptionID": "sub"}, "is not a subscription id"),
+        (
+            {**AZURE, "vaultAzureVMName": "vm", "vaultAzureVMSSName": "ss"},
+            "vaultAzureVMName and vaultAzureVMSSName are both set",
+        ),
+        ({"vaultAzureTenantID": TENANT}, "only used with vaultAuthType: azure"),
+        (
+            {"vaultAuthType": "aws", "vaultAzureResource": "https://x/"},
+            "vaultAzureResource: only used with vaultAuthType: azure",
+        ),
+        ({"vaultAuthType": "ldap"}, "expected one of kubernetes, jwt, aws, gcp, azure"),
         ({"vaultAWSRegion": "us-east-1"}, "vaultAWSRegion: only used with vaultAuthType: aws"),
         ({"vaultAuthType": "aws", "vaultAWSRegion": "us east"}, "not a region name"),
         ({"vaultAuthType": "aws", "vaultAWSRoleArn": "app"}, "is not an IAM role ARN"),
@@ -103,5 +164,19 @@ def test_problems_name_the_key(params: dict[str, str], named: str) -> None:
 
 
 def test_the_new_keys_are_known_in_every_spelling() -> None:
-    for key in ("vaultAuthType", "baoAWSRegion", "openbaoAWSRoleArn", "vaultAWSIAMServerID"):
+    for key in (
+        "vaultAuthType",
+        "baoAWSRegion",
+        "openbaoAWSRoleArn",
+        "vaultAWSIAMServerID",
+        "vaultGCPServiceAccount",
+        "baoGCPWorkloadIdentityAudience",
+        "openbaoAzureTenantID",
+        "vaultAzureClientID",
+        "vaultAzureResource",
+        "vaultAzureSubscriptionID",
+        "vaultAzureResourceGroup",
+        "vaultAzureVMName",
+        "vaultAzureVMSSName",
+    ):
         assert key in dialect.KEYS
