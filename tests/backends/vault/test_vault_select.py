@@ -400,3 +400,29 @@ async def test_an_empty_selection_is_no_error_unless_asked(
             {"path": "secret/sel/t12", "directory": "d"},
             {"path": "secret/sel/none", "directory": "n", "optional": False},
         )
+
+
+async def test_a_refresh_interval_reuses_the_values_then_reads_again(
+    openbao: OpenBao, signing_key: SigningKey, tmp_path: Path, roles: None
+) -> None:
+    """`refreshInterval` against the real store: within it a poll makes no store call; after
+    it the poll reads (the selection's listing, the listed object) again."""
+    harness = Mounts(openbao, signing_key, tmp_path, min_refresh_interval=0.0)
+    try:
+        kv2(openbao, {"sel/r/a": {"v": "1"}, "sel/r/x": {"v": "x"}})
+        listed = yaml.safe_dump([{"objectName": "x", "secretPath": "secret/data/sel/r/x"}])
+        chosen = {"path": "secret/sel/r", "directory": "r"}
+        policy = {"objects": listed, "refreshInterval": "1s"}
+        first = await harness.files(chosen, **policy)
+        assert set(first) == {"x", "r/a", "r/x"}
+        kv2(openbao, {"sel/r/a": {"v": "2"}})
+        openbao.audit_mark()
+        assert values(await harness.files(chosen, **policy))["r/a"] == {"v": "1"}
+        assert openbao.audit_counts() == {}  # reused: not one call to the store
+        time.sleep(1.1)
+        assert values(await harness.files(chosen, **policy))["r/a"] == {"v": "2"}
+        counts = openbao.audit_counts()
+        assert counts[detailed("sel/r")] == 1 and counts[("read", "secret/data/sel/r/x")] == 1
+        assert counts[("read", "secret/data/sel/r/a")] == 1  # the changed one only
+    finally:
+        await harness.backends.close()
