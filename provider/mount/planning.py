@@ -257,7 +257,7 @@ def _with_selectors(
         unknown_keys(obj, keys, where, f"a {store.plan.backend} selector", problems)
         own = {k: v for k, v in obj.items() if k in module.SELECT_KEYS}
         ref = module.selection(own, store.plan.store, max_objects, where, problems)
-        directory = expect_str(obj.get("directory"), f"{where}.directory", problems).strip("/")
+        directory = expect_str(obj.get("directory"), f"{where}.directory", problems).rstrip("/")
         problem = path_problem(directory) if directory else None
         if problem:
             problems.add(f"{where}.directory ({directory!r}): {problem}")

@@ -179,3 +179,11 @@ async def test_selectors_and_objects_share_max_objects(tmp_path: Path) -> None:
     with pytest.raises(LimitExceeded, match=r"\(select\[0\] 2, select\[1\] 2\) are 5, over"):
         await h.files([PLAIN], select=two)
     assert len(await h.files([], select=two)) == 4
+
+
+async def test_an_absolute_directory_is_refused_not_rewritten(tmp_path: Path) -> None:
+    h = Harness(tmp_path)
+    with pytest.raises(InvalidParameters, match=r"select\[0\]\.directory \('/etc'\)"):
+        await h.files([], select=select({"prefix": "a/", "directory": "/etc"}))
+    h.write({"secrets": {"a/x": "1"}})
+    assert await h.files([], select=select({"prefix": "a/", "directory": "d/"})) == {"d/x": b"1"}
