@@ -299,7 +299,10 @@ async def test_a_refusing_store_is_answered_unavailable_at_a_third_of_the_deadli
     store.refusing = True
     start = time.monotonic()
     result = await fetcher.fetch(StoreRead(store, PLAN, who()), ["r"], fetch_ctx(1.5))
-    assert 0.45 <= time.monotonic() - start < 0.8
+    elapsed = time.monotonic() - start
+    # At the third (0.5 s), unless the read gave up sooner: its jittered backoff between
+    # MAX_ATTEMPTS refusals is random and, rarely, all its attempts fit before 0.45 s.
+    assert elapsed < 0.8 and (elapsed >= 0.45 or store.calls == retrying.MAX_ATTEMPTS)
     assert isinstance(result["r"], StoreUnavailable) and "refused" in str(result["r"])
 
 
