@@ -17,8 +17,9 @@ from collections.abc import Awaitable, Callable, Hashable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Protocol, TypeVar
 
+from provider.core.caching import ExpiringCache
 from provider.core.errors import BridgeError, LimitExceeded, NotFound
-from provider.core.memo import Memo
+from provider.core.limits import namespace_of
 from provider.core.model import SecretValue
 from provider.core.parsing import Problems
 
@@ -27,6 +28,9 @@ COMMON_KEYS = frozenset({"directory", "optional", "store"})
 #: Selections whose secrets' markers and values are held for cheap polls, and their bytes.
 HELD_SELECTIONS = 2_000
 HELD_BYTES = 32 * 1024 * 1024
+#: Seconds a selection's held secrets outlive its last read (an idle identity's go; its next
+#: poll reads every secret again).
+HELD_FOR = 3600.0
 
 
 StoreC = TypeVar("StoreC", contravariant=True)
@@ -76,12 +80,16 @@ def too_many(where: str, found: int, limit: int, *, exact: bool = True) -> Limit
 
 class Selections:
     """Per (identity key, selection ref): the markers and values of its secrets at the last
-    read, bounded in entries and bytes (a tenant's selections are values held like any cached
-    value, under its identity: never answered to another)."""
+    read, bounded in entries and bytes and shared fairly by namespace as the value cache is
+    (a tenant's selections are values held like any cached value, under its identity: never
+    answered to another, and one namespace's churn cannot evict the others')."""
 
     def __init__(self, max_entries: int = HELD_SELECTIONS, max_bytes: int = HELD_BYTES) -> None:
-        self._held: Memo[tuple[str, Hashable], dict[str, tuple[str, SecretValue]]] = Memo(
-            max_entries, max_bytes
+        self._held: ExpiringCache[dict[str, tuple[str, SecretValue]]] = ExpiringCache(
+            max_entries=max_entries,
+            max_bytes=max_bytes,
+            size_of=_held_size,
+            tenant_of=namespace_of,
         )
         #: Secrets read again, and reused unchanged, over all polls (tests and BENCHMARKS).
         self.read = 0
@@ -119,5 +127,9 @@ class Selections:
                 )
             now[secret.name] = (secret.marker, value)
             values.append(value)
-        self._held.put(key, now, sum(len(v.content) + len(n) for n, (_m, v) in now.items()))
+        self._held.put(key, now, HELD_FOR)
         return values
+
+
+def _held_size(held: dict[str, tuple[str, SecretValue]]) -> int:
+    return sum(len(value.content) + len(name) for name, (_marker, value) in held.items())
