@@ -30,14 +30,13 @@ from backends.aws.refs import AssumeRole, AwsStore
 from backends.proxies import Proxies, proxied_requests
 from backends.wire import MAX_SMALL_BODY, read_capped
 from provider.core.backend import BackendEnv
-from provider.core.caching import ExpiringCache
 from provider.core.errors import (
     BridgeError,
     PermissionDenied,
     StoreUnavailable,
     redacted,
 )
-from provider.core.identity import pod_scope, pod_token, require_node_identity
+from provider.core.identity import Annotation, pod_scope, pod_token, require_node_identity
 from provider.core.model import FetchContext, Identity, Pod, identity_key
 
 log = logging.getLogger("secrets_bridge.aws")
@@ -46,7 +45,6 @@ IRSA_AUDIENCE = "sts.amazonaws.com"
 POD_IDENTITY_AUDIENCE = "pods.eks.amazonaws.com"
 ROLE_ANNOTATION = "eks.amazonaws.com/role-arn"
 #: Seconds a ServiceAccount's role annotation is reused (a rollout reads it once).
-ANNOTATION_TTL = 30.0
 #: Credentials are dropped this long before AWS stops accepting them (at most).
 EXPIRY_MARGIN = 300.0
 
@@ -90,7 +88,7 @@ class Authenticator:
         self._options = options
         self._pool = pool
         self._chainer = Chainer(env, pool)
-        self._annotations: ExpiringCache[str] = ExpiringCache(max_entries=4096)
+        self._annotations = Annotation(env, ROLE_ANNOTATION, "the roleArn parameter")
         # The agent is called as the AWS SDKs call a credentials endpoint: through HTTP_PROXY
         # unless NO_PROXY lists it (with a proxy, list 169.254.170.23 and fd00:ec2::23 there).
         self._request_class = proxied_requests(Proxies.from_env())
@@ -116,7 +114,7 @@ class Authenticator:
         if store.use_pod_identity:
             token = await pod_token(self._env, pod, POD_IDENTITY_AUDIENCE)
             return Login("pod-identity", session_name=session, token=token)
-        role = store.role_arn or await self._annotated_role(pod)
+        role = store.role_arn or await self._annotations.of(pod)
         if role:
             token = await pod_token(self._env, pod, IRSA_AUDIENCE)
             return Login("irsa", role, session, token)
@@ -127,24 +125,6 @@ class Authenticator:
             f"ServiceAccount {pod.subject}, usePodIdentity not set)",
         )
         return Login("node", session_name=session)
-
-    async def _annotated_role(self, pod: Pod) -> str:
-        async def load() -> tuple[str, float]:
-            try:
-                annotations = await self._env.kube.service_account_annotations(
-                    pod.namespace, pod.service_account
-                )
-            except BridgeError:
-                raise
-            except Exception as exc:  # e.g. no in-cluster or kubeconfig configuration
-                raise StoreUnavailable(
-                    f"cannot read the {ROLE_ANNOTATION} annotation of ServiceAccount "
-                    f"{pod.subject} ({type(exc).__name__}); give the provider Kubernetes API "
-                    "access, or set the roleArn parameter"
-                ) from None
-            return str(annotations.get(ROLE_ANNOTATION, "")).strip(), ANNOTATION_TTL
-
-        return await self._annotations.get_or_load((pod.namespace, pod.service_account), load)
 
     async def credentials(
         self, store: AwsStore, identity: Identity, ctx: FetchContext

@@ -26,7 +26,6 @@ from backends.proxies import Proxies, proxied_requests
 from backends.vault.methods import AwsAuth
 from backends.wire import MAX_SMALL_BODY, read_capped
 from provider.core.backend import BackendEnv
-from provider.core.caching import ExpiringCache
 from provider.core.errors import (
     BridgeError,
     InvalidParameters,
@@ -35,7 +34,7 @@ from provider.core.errors import (
     redacted,
     scrub,
 )
-from provider.core.identity import pod_token
+from provider.core.identity import Annotation, pod_token
 from provider.core.model import Pod
 
 log = logging.getLogger("secrets_bridge.vault")
@@ -45,7 +44,6 @@ SERVER_ID_HEADER = "X-Vault-AWS-IAM-Server-ID"
 #: The EKS Pod Identity agent's link-local addresses, IPv4 first (as the AWS SDKs try them).
 AGENT_URLS = ("http://169.254.170.23/v1/credentials", "http://[fd00:ec2::23]/v1/credentials")
 GET_CALLER_IDENTITY = "Action=GetCallerIdentity&Version=2011-06-15"
-ANNOTATION_TTL = 30.0
 _TIMEOUT = 10.0
 #: STS error codes that name the pod's identity as the problem (not an outage).
 _DENIED = frozenset(
@@ -83,14 +81,14 @@ class AwsSigner:
     def __init__(self, env: BackendEnv[Any]) -> None:
         self._env = env
         self._session: Any = None
-        self._annotations: ExpiringCache[str] = ExpiringCache(max_entries=4096)
+        self._annotations = Annotation(env, ROLE_ANNOTATION, "vaultAWSRoleArn")
         self._request_class = proxied_requests(Proxies.from_env())
 
     async def who(self, aws: AwsAuth, audience: str, pod: Pod) -> AwsPod:
         """The pod's AWS identity, refused before any cache when its token is missing."""
         if aws.pod_identity:
             return AwsPod("pod-identity", token=await pod_token(self._env, pod, audience))
-        role = aws.role_arn or await self._annotated_role(pod)
+        role = aws.role_arn or await self._annotations.of(pod)
         if not role:
             raise InvalidParameters(
                 f"Vault's aws login for {pod.subject} needs an AWS role: set vaultAWSRoleArn, "
@@ -107,24 +105,6 @@ class AwsSigner:
         else:
             creds = await self._from_agent(who, subject)
         return signed_login(aws, creds)
-
-    async def _annotated_role(self, pod: Pod) -> str:
-        async def load() -> tuple[str, float]:
-            try:
-                annotations = await self._env.kube.service_account_annotations(
-                    pod.namespace, pod.service_account
-                )
-            except BridgeError:
-                raise
-            except Exception as exc:  # e.g. no in-cluster or kubeconfig configuration
-                raise StoreUnavailable(
-                    f"cannot read the {ROLE_ANNOTATION} annotation of ServiceAccount "
-                    f"{pod.subject} ({type(exc).__name__}); give the provider Kubernetes API "
-                    "access, or set vaultAWSRoleArn"
-                ) from None
-            return str(annotations.get(ROLE_ANNOTATION, "")).strip(), ANNOTATION_TTL
-
-        return await self._annotations.get_or_load((pod.namespace, pod.service_account), load)
 
     async def _assume(self, aws: AwsAuth, who: AwsPod, subject: str) -> AwsCredentials:
         from aiobotocore.config import AioConfig

@@ -31,7 +31,6 @@ from backends.proxies import Proxies, proxied_requests
 from backends.vault.methods import GcpAuth
 from backends.wire import MAX_SMALL_BODY, OAUTH_ERRORS, read_capped
 from provider.core.backend import BackendEnv
-from provider.core.caching import ExpiringCache
 from provider.core.errors import (
     BridgeError,
     InvalidParameters,
@@ -40,7 +39,7 @@ from provider.core.errors import (
     redacted,
     scrub,
 )
-from provider.core.identity import pod_token
+from provider.core.identity import Annotation, pod_token
 from provider.core.model import Pod
 
 log = logging.getLogger("secrets_bridge.vault")
@@ -54,7 +53,6 @@ DEFAULT_IAM = "https://iamcredentials.googleapis.com/"
 #: The login JWT's lifetime: it is used at once, and stays within a role's max_jwt_exp (Vault's
 #: default 15 minutes) despite some clock skew between the node and Vault.
 JWT_LIFETIME = 300
-ANNOTATION_TTL = 30.0
 _TIMEOUT = 10.0
 _EMAIL = re.compile(r"^[A-Za-z0-9._%+-]+@[A-Za-z0-9.-]+$")
 _STATUS = re.compile(r"^[A-Z][A-Z_]{2,40}$")
@@ -80,12 +78,12 @@ class GcpSigner:
 
     def __init__(self, env: BackendEnv[Any]) -> None:
         self._env = env
-        self._annotations: ExpiringCache[str] = ExpiringCache(max_entries=4096)
+        self._annotations = Annotation(env, GSA_ANNOTATION, "vaultGCPServiceAccount")
         self._request_class = proxied_requests(Proxies.from_env())
 
     async def who(self, gcp: GcpAuth, audience: str, pod: Pod) -> GcpPod:
         """The pod's service account, refused before any cache when its token is missing."""
-        account = gcp.service_account or await self._annotated(pod)
+        account = gcp.service_account or await self._annotations.of(pod)
         if not account:
             raise InvalidParameters(
                 f"Vault's gcp login for {pod.subject} needs a Google service account to sign "
@@ -149,24 +147,6 @@ class GcpSigner:
                 http, url, what, fix, json_body={"payload": json.dumps(claims)}, headers=headers
             )
         return _field(body, "signedJwt", what)
-
-    async def _annotated(self, pod: Pod) -> str:
-        async def load() -> tuple[str, float]:
-            try:
-                annotations = await self._env.kube.service_account_annotations(
-                    pod.namespace, pod.service_account
-                )
-            except BridgeError:
-                raise
-            except Exception as exc:  # e.g. no in-cluster or kubeconfig configuration
-                raise StoreUnavailable(
-                    f"cannot read the {GSA_ANNOTATION} annotation of ServiceAccount "
-                    f"{pod.subject} ({type(exc).__name__}); give the provider Kubernetes API "
-                    "access, or set vaultGCPServiceAccount"
-                ) from None
-            return str(annotations.get(GSA_ANNOTATION, "")).strip(), ANNOTATION_TTL
-
-        return await self._annotations.get_or_load((pod.namespace, pod.service_account), load)
 
 
 async def _post(

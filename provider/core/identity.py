@@ -10,8 +10,12 @@ from __future__ import annotations
 from typing import Any
 
 from provider.core.backend import BackendEnv
-from provider.core.errors import MissingCredential, PermissionDenied
+from provider.core.caching import ExpiringCache
+from provider.core.errors import BridgeError, MissingCredential, PermissionDenied, StoreUnavailable
 from provider.core.model import Pod
+
+#: Seconds an annotation read from a pod's ServiceAccount is taken as known.
+ANNOTATION_TTL = 30.0
 
 
 def pod_scope(env: BackendEnv[Any], pod: Pod) -> str:
@@ -48,3 +52,33 @@ def require_node_identity(env: BackendEnv[Any], pod: Pod, what: str) -> None:
             f"not use; list the namespace in the provider's --allow-node-identity-namespaces, "
             f"or authenticate as the pod"
         )
+
+
+class Annotation:
+    """One annotation of pods' ServiceAccounts (an IRSA role, a GKE service account), read from
+    the Kubernetes API and kept ANNOTATION_TTL seconds per ServiceAccount; "" when absent.
+    `instead` names the class parameter that makes the read unnecessary, for the error."""
+
+    def __init__(self, env: BackendEnv[Any], name: str, instead: str) -> None:
+        self._env = env
+        self._name = name
+        self._instead = instead
+        self._cache: ExpiringCache[str] = ExpiringCache(max_entries=4096)
+
+    async def of(self, pod: Pod) -> str:
+        async def load() -> tuple[str, float]:
+            try:
+                annotations = await self._env.kube.service_account_annotations(
+                    pod.namespace, pod.service_account
+                )
+            except BridgeError:
+                raise
+            except Exception as exc:  # e.g. no in-cluster or kubeconfig configuration
+                raise StoreUnavailable(
+                    f"cannot read the {self._name} annotation of ServiceAccount "
+                    f"{pod.subject} ({type(exc).__name__}); give the provider Kubernetes API "
+                    f"access, or set {self._instead}"
+                ) from None
+            return str(annotations.get(self._name, "")).strip(), ANNOTATION_TTL
+
+        return await self._cache.get_or_load((pod.namespace, pod.service_account), load)
