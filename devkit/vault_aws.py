@@ -42,14 +42,12 @@ from dataclasses import dataclass, field
 from typing import Any
 from urllib.parse import parse_qs, urlsplit
 
-from aiohttp import ClientSession, web
+from aiohttp import web
 
-from devkit.openbao_admin import ROOT_TOKEN
-from devkit.ports import serve_app
+from devkit.vault_standin import HOP, StandIn
 
 SERVER_ID_HEADER = "X-Vault-AWS-IAM-Server-ID"
 _STS_NS = "{https://sts.amazonaws.com/doc/2011-06-15/}"
-_HOP = ("host", "content-length", "transfer-encoding", "connection")
 
 
 @dataclass
@@ -61,22 +59,18 @@ class AwsRole:
     ttl: str = "1h"
 
 
-class VaultAwsAuth:
+class VaultAwsAuth(StandIn):
     """Vault's aws auth method at `auth/<mount>/login`; every other path goes to OpenBao."""
 
     def __init__(
         self, upstream: str, *, sts_endpoint: str, mount: str = "aws", server_id: str = ""
     ) -> None:
-        self.upstream = upstream
+        super().__init__(upstream, mount)
         self.sts_endpoint = sts_endpoint.rstrip("/")
-        self.mount = mount
         self.server_id = server_id
         self.roles: dict[str, AwsRole] = {}
         self.sts_calls: list[tuple[str, int]] = []
         self.logins: list[str] = []  # the canonical ARN of each login, refused or not
-        self.url = ""
-        self._runner: web.AppRunner | None = None
-        self._http: ClientSession | None = None
         self._replay = asyncio.Lock()
 
     def add_role(
@@ -94,23 +88,7 @@ class VaultAwsAuth:
             ids.append(_role_id(iam, bound_iam_principal_arn))
         self.roles[name] = AwsRole([bound_iam_principal_arn], policies, ids)
 
-    async def start(self) -> str:
-        app = web.Application()
-        app.router.add_post(f"/v1/auth/{self.mount}/login", self._login)
-        app.router.add_route("*", "/{tail:.*}", self._forward)
-        self._runner, port = await serve_app(app)
-        self._http = ClientSession(auto_decompress=False)
-        self.url = f"http://127.0.0.1:{port}"
-        return self.url
-
-    async def stop(self) -> None:
-        if self._http is not None:
-            await self._http.close()
-        if self._runner is not None:
-            await self._runner.cleanup()
-
-    async def _login(self, request: web.Request) -> web.Response:
-        data = await request.json()
+    async def login(self, data: dict[str, Any]) -> web.Response:
         fields = ("iam_http_request_method", "iam_request_url", "iam_request_body")
         given = [f for f in (*fields, "iam_request_headers") if data.get(f)]
         if not given:
@@ -146,17 +124,16 @@ class VaultAwsAuth:
     async def _replay_to_sts(
         self, url: str, body: str, headers: dict[str, list[str]]
     ) -> tuple[int, bytes]:
-        assert self._http is not None
         parts = urlsplit(url)
         target = f"{self.sts_endpoint}/{(parts.path or '/').lstrip('/')}"
         if parts.query:
             target += "?" + parts.query
-        sent = {k: ",".join(v) for k, v in headers.items() if k.lower() not in _HOP}
+        sent = {k: ",".join(v) for k, v in headers.items() if k.lower() not in HOP}
         sent["Host"] = parts.netloc
         async with self._replay:
             await self._moto_auth("0")
             try:
-                async with self._http.post(
+                async with self.http.post(
                     target, data=body.encode(), headers=sent, allow_redirects=False
                 ) as answer:
                     payload = await answer.read()
@@ -167,8 +144,7 @@ class VaultAwsAuth:
         return status, payload
 
     async def _moto_auth(self, count: str) -> None:
-        assert self._http is not None
-        async with self._http.post(
+        async with self.http.post(
             f"{self.sts_endpoint}/moto-api/reset-auth",
             data=count.encode(),
             headers={"Content-Type": "text/plain"},
@@ -176,35 +152,8 @@ class VaultAwsAuth:
             answer.raise_for_status()
 
     async def _token(self, role: AwsRole, name: str, canonical: str) -> web.Response:
-        assert self._http is not None
-        create = {
-            "policies": role.policies,
-            "ttl": role.ttl,
-            "no_parent": True,
-            "display_name": f"aws-{name}",
-            "meta": {"role": name, "canonical_arn": canonical, "auth_type": "iam"},
-        }
-        async with self._http.post(
-            f"{self.upstream}/v1/auth/token/create",
-            json=create,
-            headers={"X-Vault-Token": ROOT_TOKEN},
-        ) as answer:
-            payload = await answer.json()
-        return web.json_response({"auth": payload["auth"]})
-
-    async def _forward(self, request: web.Request) -> web.Response:
-        assert self._http is not None
-        headers = {k: v for k, v in request.headers.items() if k.lower() not in _HOP}
-        async with self._http.request(
-            request.method,
-            self.upstream + request.path_qs,
-            data=await request.read(),
-            headers=headers,
-            allow_redirects=False,
-        ) as upstream:
-            payload = await upstream.read()
-            keep = {k: v for k, v in upstream.headers.items() if k.lower() not in _HOP}
-            return web.Response(status=upstream.status, body=payload, headers=keep)
+        meta = {"canonical_arn": canonical, "auth_type": "iam"}
+        return await self.mint(role.policies, name, meta, ttl=role.ttl)
 
 
 def _refuse(message: str) -> web.Response:

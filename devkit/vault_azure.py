@@ -38,7 +38,7 @@ from typing import Any
 import jwt
 from aiohttp import web
 
-from devkit.vault_gcp import Refused, StandIn
+from devkit.vault_standin import Refused, StandIn
 
 DEFAULT_RESOURCE = "https://management.azure.com/"
 # vault-plugin-auth-azure's field checks (path_login.go: validateAzureField and its patterns).
