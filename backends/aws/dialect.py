@@ -90,7 +90,7 @@ def parse(params: Mapping[str, str], ctx: ParseContext[Options]) -> StorePlan[Aw
     translate = _parse_translation(params.get("pathTranslation", ""), problems)
     raw = params.get("objects", "")
     # A class may take all its files from `select` (backends/aws/selectors.py).
-    if not raw.strip() and not params.get("select", "").strip():
+    if not raw.strip() and not ctx.selects:
         problems.fail("objects is required: a YAML list of {objectName, objectType, ...}")
     entries = expect_list(load_yaml(raw, "objects"), "objects", problems) if raw.strip() else []
     specs: list[ObjectSpec[Ref]] = []

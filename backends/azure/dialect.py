@@ -125,7 +125,7 @@ class AzureStore:
 def parse(params: Mapping[str, str], ctx: ParseContext[Options]) -> StorePlan[AzureStore, Ref]:
     problems = Problems(strict=ctx.strict)
     store = _parse_store(params, problems)
-    required = not params.get("select", "").strip()
+    required = not ctx.selects
     specs = parse_objects(params.get("objects", ""), ctx, problems, required=required)
     unique_names(
         [(s.name, s.field) for s in specs], "file name (objectAlias or objectName)", problems

@@ -77,7 +77,7 @@ Ref = FakeRef | FakeSelection
 def parse(params: Mapping[str, str], ctx: ParseContext[Options]) -> StorePlan[FakeStore, Ref]:
     problems = Problems(strict=ctx.strict)
     raw = params.get("objects", "")
-    if not raw.strip() and not params.get("select", "").strip():
+    if not raw.strip() and not ctx.selects:
         problems.fail("objects is required: a YAML list of {objectName, secretPath}")
     entries = expect_list(load_yaml(raw, "objects"), "objects", problems) if raw.strip() else []
     specs: list[ObjectSpec[Ref]] = []

@@ -123,7 +123,7 @@ def parse(params: Mapping[str, str], ctx: ParseContext[Options]) -> StorePlan[Gc
     problems = Problems(strict=ctx.strict)
     auth = _parse_auth(params.get("auth", ""), problems)
     raw = params.get("secrets", "")
-    selects = bool(params.get("select", "").strip())
+    selects = ctx.selects
     if not raw.strip() and not selects:
         problems.fail(
             "secrets is required: a YAML list of {resourceName, path} entries, e.g. "

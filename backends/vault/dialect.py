@@ -161,7 +161,7 @@ def parse(params: Mapping[str, str], ctx: ParseContext[Options]) -> StorePlan[Va
             "(a client certificate needs its key)"
         )
     # A class that selects its secrets (`select`) may list none by name.
-    selects = bool(params.get("select", "").strip())
+    selects = ctx.selects
     listed = (
         parse_objects(values["objects"], ctx, problems) if values["objects"] or not selects else []
     )

@@ -266,6 +266,8 @@ class ParseContext(Generic[OptionsT]):
     max_objects: int = 100
     #: `serve --strict-parameters`: unknown object keys are errors, not warnings.
     strict: bool = False
+    #: The class reads this store through selectors (`select`): it may list no object by name.
+    selects: bool = False
 
     @property
     def offline(self) -> bool:

@@ -126,7 +126,8 @@ def parse_plan(
     name = _backend_name(params, enable_fake)
     module = registry.dialect_module(name)
     options = options_for(name) if options_for else None
-    ctx = ParseContext(options=options, max_objects=max_objects, strict=strict)
+    selects = bool(params.get(SELECT, "").strip())
+    ctx = ParseContext(options=options, max_objects=max_objects, strict=strict, selects=selects)
     # One YAML node budget for the whole class, so its parse time is bounded.
     with yaml_node_budget():
         store: AnyPlan = module.parse(params, ctx)

@@ -227,9 +227,7 @@ def _parse_store(
         plan = dataclasses.replace(fallback_plan, objects=())
     elif plan is None and not mine and selected:
         try:
-            plan = dataclasses.replace(
-                module.parse({**settings, SELECT_KEY: "[selectors]"}, ctx), objects=()
-            )
+            plan = module.parse(settings, dataclasses.replace(ctx, selects=True))
         except InvalidParameters as exc:
             problems.items.extend(prefix + p for p in exc.problems)
             return None
