@@ -310,6 +310,24 @@ def _lifetimes(g: Any) -> None:
         metavar="N",
         type=count(),
     )
+    flag(
+        g,
+        "--min-renew-interval",
+        300.0,
+        "fewest seconds between two renewals or re-issues of one held credential, whatever a "
+        "class's renewAt asks",
+        metavar="SECONDS",
+        type=seconds(),
+    )
+    flag(
+        g,
+        "--replaced-credential-grace",
+        300.0,
+        "seconds a credential replaced by a re-issue stays live (for the pod's application "
+        "to move to the new one) before it is revoked",
+        metavar="SECONDS",
+        type=seconds(),
+    )
 
 
 def _limits(g: Any) -> None:
@@ -330,6 +348,22 @@ def _limits(g: Any) -> None:
         type=count(),
     )
     flag(g, "--max-objects", 100, "most objects in one class", metavar="N", type=count())
+    flag(
+        g,
+        "--max-read-bytes",
+        64 * 1024 * 1024,
+        "bytes of store answers all reads in flight may hold together",
+        metavar="BYTES",
+        type=count(),
+    )
+    flag(
+        g,
+        "--max-read-bytes-per-namespace",
+        16 * 1024 * 1024,
+        "of those, the bytes one namespace's reads may hold (its share)",
+        metavar="BYTES",
+        type=count(),
+    )
     flag(
         g,
         "--max-response-bytes",
@@ -371,6 +405,8 @@ def settings_from_args(args: argparse.Namespace) -> ServeSettings:
         renew_at=args.renew_at,
         lease_idle_after=args.lease_idle_after,
         max_held_credentials=args.max_held_credentials,
+        min_renew_interval=args.min_renew_interval,
+        replaced_credential_grace=args.replaced_credential_grace,
         max_concurrent_fetches=args.max_concurrent_fetches,
         max_concurrent_fetches_per_namespace=args.max_concurrent_fetches_per_namespace,
         rate_limits=parse_rate_limits(args.rate_limit, registry.names()),
@@ -378,6 +414,8 @@ def settings_from_args(args: argparse.Namespace) -> ServeSettings:
         allow_node_identity_namespaces=namespaces,
         token_request_fallback=args.token_request_fallback,
         max_objects=args.max_objects,
+        max_read_bytes=args.max_read_bytes,
+        max_read_bytes_per_namespace=args.max_read_bytes_per_namespace,
         max_response_bytes=args.max_response_bytes,
         strict_parameters=args.strict_parameters,
         enable_fake_backend=args.enable_fake_backend,

@@ -49,6 +49,12 @@ class CoreSettings:
     lease_idle_after: float = 600.0
     #: Credentials with a lifetime held for pods, all namespaces together (fair shares).
     max_held_credentials: int = 10_000
+    #: Fewest seconds between two renewals or re-issues of one held credential, whatever a
+    #: class's `renewAt` asks (a floor, as --min-refresh-interval is for values).
+    min_renew_interval: float = 300.0
+    #: Seconds a credential replaced by a re-issue stays live before it is revoked, so the
+    #: pod's application can move to the new one (then leases do not pile up in the store).
+    replaced_credential_grace: float = 300.0
     #: Seconds one store call (a login, a read) may take before it counts as "unavailable".
     store_call_timeout: float = 10.0
     #: Backend name -> fetch calls per second (absent = unlimited).
@@ -60,6 +66,9 @@ class CoreSettings:
     #: Mint pod tokens through the TokenRequest API when the driver passed none.
     token_request_fallback: bool = False
     max_objects: int = 100
+    #: Bytes of store answers all reads in flight may hold together, and one namespace's share.
+    max_read_bytes: int = 64 * 1024 * 1024
+    max_read_bytes_per_namespace: int = 16 * 1024 * 1024
     #: The serialized answer's limit: the driver's gRPC receive limit (provider/core/files.py).
     max_response_bytes: int = DRIVER_RECV_BYTES
     #: Unknown keys inside objects are refused instead of warned about (upstream drops them).

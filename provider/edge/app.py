@@ -120,6 +120,8 @@ def build_mounter(
         renew_at=core.renew_at,
         lease_idle_after=core.lease_idle_after,
         max_held_credentials=core.max_held_credentials,
+        min_renew_interval=core.min_renew_interval,
+        replaced_credential_grace=core.replaced_credential_grace,
     )
     backends.on_close(fetcher.close, "the fetcher")
     mounter = Mounter(

@@ -81,6 +81,8 @@ class Fetcher:
         renew_at: float = 2 / 3,
         lease_idle_after: float = 600.0,
         max_held_credentials: int = 10_000,
+        min_renew_interval: float = 300.0,
+        replaced_credential_grace: float = 300.0,
     ) -> None:
         self._ttl = cache_ttl
         self._metrics = metrics
@@ -90,6 +92,8 @@ class Fetcher:
             idle_after=lease_idle_after,
             max_entries=max_held_credentials,
             max_bytes=max_bytes,
+            min_renew_interval=min_renew_interval,
+            replaced_grace=replaced_credential_grace,
         )
         self._count = metrics.cache_counter("values")
         self._cache: ExpiringCache[Sequence[SecretValue]] = ExpiringCache(

@@ -114,10 +114,14 @@ class Lifetimes:
         idle_after: float = 600.0,
         max_entries: int = 10_000,
         max_bytes: int = 64 * 1024 * 1024,
+        min_renew_interval: float = 300.0,
+        replaced_grace: float = 300.0,
         clock: Callable[[], float] = time.monotonic,
     ) -> None:
         self._metrics = metrics
         self._renew_at = renew_at
+        self._min_renew_interval = min_renew_interval
+        self._replaced_grace = replaced_grace
         self._idle_after = idle_after
         self._max_entries = max_entries
         #: Value bytes in all (a dynamic secret's answer is the tenant's to size).

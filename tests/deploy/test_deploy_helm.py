@@ -336,6 +336,8 @@ EVERY_VALUE: list[tuple[dict[str, Any], str, Any]] = [
     ),
     ({"rateLimits": {"azure": 400, "aws": 40.5}}, "rate_limit", "aws=40.5,azure=400"),
     ({"limits": {"maxObjects": 250}}, "max_objects", 250),
+    ({"limits": {"maxReadBytes": 33554432}}, "max_read_bytes", 33554432),
+    ({"limits": {"maxReadBytesPerNamespace": 8388608}}, "max_read_bytes_per_namespace", 8388608),
     ({"limits": {"maxResponseBytes": 8388608}}, "max_response_bytes", 8388608),
     ({"allowNodeIdentityNamespaces": ["a", "b"]}, "allow_node_identity_namespaces", "a,b"),
     ({"tokenRequestFallback": {"enabled": True}}, "token_request_fallback", True),
@@ -421,6 +423,8 @@ EVERY_VALUE: list[tuple[dict[str, Any], str, Any]] = [
     ({"lifetimes": {"renewAt": "1/2"}}, "renew_at", 0.5),
     ({"lifetimes": {"leaseIdleAfter": 300}}, "lease_idle_after", 300.0),
     ({"lifetimes": {"maxHeldCredentials": 500}}, "max_held_credentials", 500),
+    ({"lifetimes": {"minRenewInterval": 60}}, "min_renew_interval", 60.0),
+    ({"lifetimes": {"replacedCredentialGrace": 120}}, "replaced_credential_grace", 120.0),
 ]
 
 #: serve flags on purpose without a value of their own: tests only, or fixed by the chart.

@@ -101,10 +101,14 @@ differs from the provider's default. Call with (list "flag-name" $value $default
 {{- include "secrets-bridge.optionalFlag" (list "max-concurrent-fetches-per-namespace" .Values.cache.maxConcurrentFetchesPerNamespace 16) }}
 {{- include "secrets-bridge.optionalFlag" (list "rate-limit" (include "secrets-bridge.rateLimits" .) "") }}
 {{- include "secrets-bridge.optionalFlag" (list "max-objects" .Values.limits.maxObjects 100) }}
+{{- include "secrets-bridge.optionalFlag" (list "max-read-bytes" .Values.limits.maxReadBytes 67108864) }}
+{{- include "secrets-bridge.optionalFlag" (list "max-read-bytes-per-namespace" .Values.limits.maxReadBytesPerNamespace 16777216) }}
 {{- include "secrets-bridge.optionalFlag" (list "max-response-bytes" .Values.limits.maxResponseBytes 4194304) }}
 {{- include "secrets-bridge.optionalFlag" (list "renew-at" .Values.lifetimes.renewAt "2/3") }}
 {{- include "secrets-bridge.optionalFlag" (list "lease-idle-after" .Values.lifetimes.leaseIdleAfter 600) }}
 {{- include "secrets-bridge.optionalFlag" (list "max-held-credentials" .Values.lifetimes.maxHeldCredentials 10000) }}
+{{- include "secrets-bridge.optionalFlag" (list "min-renew-interval" .Values.lifetimes.minRenewInterval 300) }}
+{{- include "secrets-bridge.optionalFlag" (list "replaced-credential-grace" .Values.lifetimes.replacedCredentialGrace 300) }}
 {{- include "secrets-bridge.optionalFlag" (list "allow-node-identity-namespaces" (join "," .Values.allowNodeIdentityNamespaces) "") }}
 {{- if .Values.strictParameters }}
 - --strict-parameters
