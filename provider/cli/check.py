@@ -13,15 +13,18 @@ be read or holds no SecretProviderClass; 2 usage (unknown flag, bad flag value).
 
 from __future__ import annotations
 
+import argparse
 import dataclasses
 import json
 from typing import Any
 
 from backends import registry
 from provider.cli import spc
+from provider.cli.flags import check_refresh_bounds
 from provider.core.errors import InvalidParameters
 from provider.core.model import describe
-from provider.mount.planning import MountPlan, parse_plan, selects
+from provider.core.settings import CoreSettings
+from provider.mount.planning import MountPlan, RefreshBounds, parse_plan, selects
 from provider.mount.stores import NamedStore
 
 EXIT_OK, EXIT_INVALID, EXIT_USAGE = 0, 1, 2
@@ -32,6 +35,22 @@ class Limits:
     max_objects: int = 100
     max_response_bytes: int = 4 * 1024 * 1024
     strict_parameters: bool = False
+    #: serve's bounds of a class's refreshInterval (its defaults unless given to `check`).
+    min_refresh_interval: float = CoreSettings.min_refresh_interval
+    max_refresh_interval: float = CoreSettings.max_refresh_interval
+
+
+def limits_from_args(args: argparse.Namespace) -> Limits:
+    """`check`'s flags as serve's limits; the refresh bounds are serve's defaults unless given."""
+    limits = Limits(
+        max_objects=int(args.max_objects),
+        max_response_bytes=int(args.max_response_bytes),
+        strict_parameters=args.strict_parameters,
+        min_refresh_interval=getattr(args, "min_refresh_interval", Limits.min_refresh_interval),
+        max_refresh_interval=getattr(args, "max_refresh_interval", Limits.max_refresh_interval),
+    )
+    check_refresh_bounds(limits.min_refresh_interval, limits.max_refresh_interval)
+    return limits
 
 
 def run(files: list[str], *, as_json: bool = False, limits: Limits | None = None) -> int:
@@ -77,6 +96,7 @@ def _check_class(source: str, cls: spc.SecretProviderClass, limits: Limits) -> d
             enable_fake=True,
             max_objects=limits.max_objects,
             strict=limits.strict_parameters,
+            refresh_bounds=RefreshBounds(limits.min_refresh_interval, limits.max_refresh_interval),
         )
     except InvalidParameters as exc:
         problems.extend(exc.problems)
@@ -111,14 +131,16 @@ def _report(
     if plan is not None and plan.named:
         report["stores"] = [_store(named) for named in plan.stores]
     if plan is not None and plan.refresh is not None:
-        # As the class asks it: `check` has no provider flags, so no bounds are applied.
+        # Held to the bounds, as serve holds it (a warning says when it was moved).
         report["refresh_interval_s"] = plan.refresh
     return report
 
 
 def _store(named: NamedStore) -> dict[str, Any]:
     """One store of a class of several: its settings, pod token audiences and objects."""
-    fallbacks = named.fallbacks
+    # A store with no fallbacks has none listed (a store only selectors read has no objects).
+    fallbacks = named.fallbacks or (None,) * len(named.plan.objects)
+    listed = list(zip(named.plan.objects, fallbacks, strict=True))
     return {
         "name": named.name,
         "backend": named.plan.backend,
@@ -130,7 +152,13 @@ def _store(named: NamedStore) -> dict[str, Any]:
                 "object": spec.field,
                 "fallback": fallback.spec.field if fallback else None,
             }
-            for spec, fallback in zip(named.plan.objects, fallbacks, strict=True)
+            for spec, fallback in listed
+            if not selects(spec)
+        ],
+        "selects": [
+            {"directory": spec.name, "object": spec.field, "selects": describe(spec.ref)}
+            for spec, _ in listed
+            if selects(spec)
         ],
         "fallback_objects": [
             {"path": spec.name, "object": spec.field}
@@ -235,6 +263,10 @@ def _print_store(store: dict[str, Any]) -> None:
     fallbacks = ", ".join(o["path"] for o in store["fallback_objects"])
     audiences = ", ".join(store["audiences"]) or "none"
     line = f"  store {store['name']} ({store['backend']}): objects: {objects or 'none'}"
+    if store["selects"]:
+        line += "; selects: " + ", ".join(
+            f"{s['selects']} into {s['directory'] or 'the volume root'}" for s in store["selects"]
+        )
     if fallbacks:
         line += f"; fallback for: {fallbacks}"
     print(f"{line}; pod token audiences: {audiences}")

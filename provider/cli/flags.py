@@ -218,6 +218,36 @@ def add_serve_flags(parser: argparse.ArgumentParser, *, with_socket: bool = True
         add_options_flags(parser, name, registry.options_class(name))
 
 
+def add_refresh_interval_flags(g: Any) -> None:
+    """The bounds of a class's refreshInterval: `serve`'s, and `check`'s to show which applies."""
+    flag(
+        g,
+        "--min-refresh-interval",
+        CoreSettings.min_refresh_interval,
+        "least seconds a class's refreshInterval may ask its values be reused for (a "
+        "shorter one is raised to this, with a warning)",
+        metavar="SECONDS",
+        type=seconds(),
+    )
+    flag(
+        g,
+        "--max-refresh-interval",
+        CoreSettings.max_refresh_interval,
+        "most seconds a class's refreshInterval may ask its values be reused for (a longer "
+        "one is lowered to this, with a warning)",
+        metavar="SECONDS",
+        type=seconds(),
+    )
+
+
+def check_refresh_bounds(floor: float, ceiling: float) -> None:
+    if floor > ceiling:
+        raise InvalidParameters(
+            f"--min-refresh-interval ({floor:g}) is over --max-refresh-interval ({ceiling:g}); "
+            "lower the first or raise the second"
+        )
+
+
 def _durations(g: Any) -> None:
     flag(
         g,
@@ -227,24 +257,7 @@ def _durations(g: Any) -> None:
         metavar="SECONDS",
         type=seconds(),
     )
-    flag(
-        g,
-        "--min-refresh-interval",
-        30.0,
-        "least seconds a class's refreshInterval may ask its values be reused for (a "
-        "shorter one is raised to this, with a warning)",
-        metavar="SECONDS",
-        type=seconds(),
-    )
-    flag(
-        g,
-        "--max-refresh-interval",
-        3600.0,
-        "most seconds a class's refreshInterval may ask its values be reused for (a longer "
-        "one is lowered to this, with a warning)",
-        metavar="SECONDS",
-        type=seconds(),
-    )
+    add_refresh_interval_flags(g)
     flag(
         g,
         "--serve-stale-max-age",
@@ -386,12 +399,7 @@ def settings_from_args(args: argparse.Namespace) -> ServeSettings:
             "--audit-log needs --hmac-key-file: the trail's lines are sealed with the "
             "installation key, so that `secrets-bridge audit verify` can check them"
         )
-    if args.min_refresh_interval > args.max_refresh_interval:
-        raise InvalidParameters(
-            f"--min-refresh-interval ({args.min_refresh_interval:g}) is over "
-            f"--max-refresh-interval ({args.max_refresh_interval:g}); lower the first or "
-            "raise the second"
-        )
+    check_refresh_bounds(args.min_refresh_interval, args.max_refresh_interval)
     namespaces = frozenset(
         n.strip() for n in args.allow_node_identity_namespaces.split(",") if n.strip()
     )

@@ -8,6 +8,7 @@ from dataclasses import dataclass
 
 import yaml
 
+from provider.core.boundedyaml import UniqueKeyLoader
 from provider.core.errors import InvalidParameters
 
 PROVIDER_NAME = "secrets-bridge"
@@ -34,7 +35,9 @@ def load(path: str) -> list[SecretProviderClass]:
     except UnicodeDecodeError:
         raise InvalidParameters("cannot read the file (not UTF-8 text)") from None
     try:
-        docs = [d for d in yaml.safe_load_all(text) if d is not None]
+        # Not bounded (an operator's own file, perhaps a List of every class), but a key
+        # given twice is refused, as the API server refuses it.
+        docs = [d for d in yaml.load_all(text, Loader=UniqueKeyLoader) if d is not None]
     except yaml.YAMLError as exc:
         raise InvalidParameters(f"not valid YAML: {_yaml_problem(exc)}") from None
     # `kubectl get secretproviderclasses -A -o yaml` prints one List of them.
@@ -75,11 +78,11 @@ def _parse(doc: dict[str, object], path: str) -> SecretProviderClass:
     params = spec.get("parameters") or {}
     if not isinstance(params, dict):
         raise InvalidParameters(f"{where}: spec.parameters must be a map of strings")
-    bad = sorted(str(k) for k, v in params.items() if not isinstance(v, str))
+    bad = [_not_a_string(str(k), v) for k, v in params.items() if not isinstance(v, str)]
     if bad:
         raise InvalidParameters(
-            f"{where}: spec.parameters values must be strings (quote them, or use '|' for YAML "
-            f"blocks); not strings: {', '.join(bad)}"
+            f"{where}: class parameters are strings (the API server refuses anything else): "
+            + "; ".join(bad)
         )
     return SecretProviderClass(
         name=name,
@@ -87,3 +90,15 @@ def _parse(doc: dict[str, object], path: str) -> SecretProviderClass:
         provider=str(spec.get("provider", "")),
         parameters={str(k): v for k, v in params.items()},
     )
+
+
+def _not_a_string(key: str, value: object) -> str:
+    """How to write one parameter that YAML did not read as a string: quoted, or as a block."""
+    if isinstance(value, dict | list):
+        kind = "map" if isinstance(value, dict) else "list"
+        return f"{key} is a YAML {kind}: write it as a block, '{key}: |' with the YAML below it"
+    if value is None:
+        return f'{key} is empty: write {key}: ""'
+    shown = str(value).lower() if isinstance(value, bool) else str(value)
+    kind = "true/false" if isinstance(value, bool) else "a number"
+    return f'{key} is {kind}, not a string: quote it, {key}: "{shown}"'

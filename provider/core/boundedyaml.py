@@ -44,6 +44,30 @@ def yaml_node_budget(
         _class_nodes.reset(token)
 
 
+class UniqueKeyLoader(yaml.SafeLoader):
+    """SafeLoader that refuses a key given twice in one map, as kubectl and the upstream
+    providers' YAML parsers do (PyYAML keeps the last one silently, so `backend: vault` then
+    `backend: aws` would have been an aws class)."""
+
+    def construct_mapping(self, node: yaml.MappingNode, deep: bool = False) -> dict[Any, Any]:
+        seen: dict[tuple[str, str], int] = {}
+        for key_node, _ in node.value:
+            if not isinstance(key_node, yaml.ScalarNode):
+                continue
+            key = (key_node.tag, key_node.value)
+            line = key_node.start_mark.line + 1
+            if key in seen:
+                raise yaml.MarkedYAMLError(
+                    None,
+                    None,
+                    f"the key {key_node.value!r} is given twice, on lines {seen[key]} and "
+                    f"{line}; keep one",
+                    key_node.start_mark,
+                )
+            seen[key] = line
+        return super().construct_mapping(node, deep=deep)
+
+
 class _BoundedLoader(yaml.SafeLoader):
     """SafeLoader without aliases (no "billion laughs"), with a nesting and a node limit."""
 
@@ -81,6 +105,10 @@ class _BoundedLoader(yaml.SafeLoader):
             )
 
 
+class _ParameterLoader(UniqueKeyLoader, _BoundedLoader):
+    """A tenant's parameters: bounded, and a key given twice is refused."""
+
+
 def load_yaml(text: str, field: str) -> Any:
     """Parse a YAML (or JSON) parameter; errors name the field and the line."""
     if len(text.encode()) > MAX_YAML_BYTES:
@@ -92,7 +120,7 @@ def load_yaml(text: str, field: str) -> Any:
             f"{field}: the class's YAML parameters are over {MAX_YAML_TOTAL_BYTES} bytes in all"
         )
     try:
-        return yaml.load(text, Loader=_BoundedLoader)  # noqa: S506 - a SafeLoader subclass
+        return yaml.load(text, Loader=_ParameterLoader)  # noqa: S506 - a SafeLoader subclass
     except yaml.YAMLError as exc:
         where = ""
         mark = getattr(exc, "problem_mark", None)

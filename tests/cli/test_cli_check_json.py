@@ -62,6 +62,8 @@ def test_json_lists_files_store_and_audiences(tmp_path: Path) -> None:
         "max_objects": 100,
         "max_response_bytes": 4 * 1024 * 1024,
         "strict_parameters": False,
+        "min_refresh_interval": 30.0,
+        "max_refresh_interval": 3600.0,
     }
     (cls,) = doc["classes"]
     assert (cls["source"], cls["name"], cls["namespace"]) == (str(path), "db", "apps")

@@ -94,7 +94,7 @@ def test_check_refuses_non_string_parameters(tmp_path: Path) -> None:
         "spec: {provider: secrets-bridge, parameters: {backend: fake, objects: [1]}}\n"
     )
     result = cli("check", str(path))
-    assert result.returncode == 1 and "must be strings" in result.stdout
+    assert result.returncode == 1 and "class parameters are strings" in result.stdout
 
 
 def test_check_on_missing_file(tmp_path: Path) -> None:
