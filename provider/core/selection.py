@@ -6,9 +6,12 @@ ref like any other, so a selection is cached, coalesced, rate limited and served
 identity as an object is. The store answers it with one `SecretValue` per secret found, its
 `suffix` the secret's name relative to the selector (the file is `<directory>/<suffix>`).
 
-Cheap rotation: a poll lists the selection with the store's metadata (a version, a last-changed
-time) and reads again only the secrets whose marker changed since that identity's last read
-(`Selections.refresh`); new secrets appear and deleted ones disappear at the next poll.
+Every poll reads: a poll lists the selection with the store's metadata and reads every secret
+listed (`Selections.refresh`; with the store's batch read where it has one), so new secrets appear
+and deleted ones disappear at the next poll. A listing proves permission to list, never to read:
+no value is held here to be reused on the strength of an unchanged marker. Within a class's
+`refreshInterval` (or `--cache-ttl`) the whole selection is reused from the value cache, as any
+object's value is; past that window a held value would be older than the window anyway.
 """
 
 from __future__ import annotations
@@ -17,20 +20,12 @@ from collections.abc import Awaitable, Callable, Hashable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Protocol, TypeVar
 
-from provider.core.caching import ExpiringCache
 from provider.core.errors import BridgeError, LimitExceeded, NotFound
-from provider.core.limits import namespace_of
 from provider.core.model import SecretValue
 from provider.core.parsing import Problems
 
 #: Our keys of every `select` entry, beside the store's own filter keys.
 COMMON_KEYS = frozenset({"directory", "optional", "store"})
-#: Selections whose secrets' markers and values are held for cheap polls, and their bytes.
-HELD_SELECTIONS = 2_000
-HELD_BYTES = 32 * 1024 * 1024
-#: Seconds a selection's held secrets outlive its last read (an idle identity's go; its next
-#: poll reads every secret again).
-HELD_FOR = 3600.0
 
 
 StoreC = TypeVar("StoreC", contravariant=True)
@@ -58,7 +53,7 @@ class Listed:
     #: Its name relative to the selector: the file's path under the selector's directory.
     name: str
     #: The store's change marker (a metadata version, a last-changed time, a version name):
-    #: a poll reads the secret again only when it differs from the one held.
+    #: the file's version when the read names none.
     marker: str
     #: What the store reads it by (a path, an ARN, a resource name).
     handle: Hashable
@@ -79,57 +74,35 @@ def too_many(where: str, found: int, limit: int, *, exact: bool = True) -> Limit
 
 
 class Selections:
-    """Per (identity key, selection ref): the markers and values of its secrets at the last
-    read, bounded in entries and bytes and shared fairly by namespace as the value cache is
-    (a tenant's selections are values held like any cached value, under its identity: never
-    answered to another, and one namespace's churn cannot evict the others')."""
+    """Reads a listed selection's secrets at every poll; holds no value between polls."""
 
-    def __init__(self, max_entries: int = HELD_SELECTIONS, max_bytes: int = HELD_BYTES) -> None:
-        self._held: ExpiringCache[dict[str, tuple[str, SecretValue]]] = ExpiringCache(
-            max_entries=max_entries,
-            max_bytes=max_bytes,
-            size_of=_held_size,
-            tenant_of=namespace_of,
-        )
-        #: Secrets read again, and reused unchanged, over all polls (tests and BENCHMARKS).
+    def __init__(self) -> None:
+        #: Secrets read, over all polls (tests and BENCHMARKS).
         self.read = 0
-        self.reused = 0
 
     async def refresh(
         self, identity_key: str, ref: Hashable, listed: Sequence[Listed], read: ReadMany
     ) -> list[SecretValue] | BridgeError:
-        """The selection's values in listing order: the secrets whose marker is unchanged from
-        the held ones, the others read now. A secret deleted between the listing and its read
-        is left out (the next listing drops it too); any other failure fails the selection."""
-        key = (identity_key, ref)
-        held = self._held.get(key) or {}
-        changed = [s for s in listed if s.name not in held or held[s.name][0] != s.marker]
-        fetched = await read(changed) if changed else {}
-        self.read += len(changed)
-        self.reused += len(listed) - len(changed)
-        now: dict[str, tuple[str, SecretValue]] = {}
+        """The selection's values in listing order, every listed secret read now as the pod's
+        identity (`identity_key` and `ref` name the selection; nothing is kept under them). A
+        secret deleted between the listing and its read is left out (the next listing drops it
+        too); any other failure fails the selection."""
+        fetched = await read(listed) if listed else {}
+        self.read += len(listed)
         values: list[SecretValue] = []
         for secret in listed:
-            if secret.name in held and held[secret.name][0] == secret.marker:
-                value = held[secret.name][1]
-            else:
-                got = fetched.get(secret.handle)
-                if isinstance(got, NotFound) or got is None:
-                    continue
-                if isinstance(got, BridgeError):
-                    return got
-                value = SecretValue(
+            got = fetched.get(secret.handle)
+            if isinstance(got, NotFound) or got is None:
+                continue
+            if isinstance(got, BridgeError):
+                return got
+            values.append(
+                SecretValue(
                     got.content,
                     version=got.version or secret.marker,
                     data=got.data,
                     suffix=secret.name,
                     source=got.source,
                 )
-            now[secret.name] = (secret.marker, value)
-            values.append(value)
-        self._held.put(key, now, HELD_FOR)
+            )
         return values
-
-
-def _held_size(held: dict[str, tuple[str, SecretValue]]) -> int:
-    return sum(len(value.content) + len(name) for name, (_marker, value) in held.items())

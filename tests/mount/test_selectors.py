@@ -26,13 +26,14 @@ async def test_a_selection_writes_a_file_per_secret_and_follows_the_store(
     chosen = select({"prefix": "app/", "directory": "app"})
     assert await h.files([], select=chosen) == {"app/a": b"1", "app/sub/b": b"2"}
     assert h.fake.reads == {"list:app/": 1, "app/a": 1, "app/sub/b": 1}
-    # Unchanged: the next poll lists and reads nothing again.
+    # Unchanged: the next poll lists and reads every secret again (a listing proves permission
+    # to list, never to read: nothing is reused on the strength of an unchanged marker).
     assert await h.files([], select=chosen) == {"app/a": b"1", "app/sub/b": b"2"}
-    assert h.fake.reads == {"list:app/": 2, "app/a": 1, "app/sub/b": 1}
-    # One added, one changed, one deleted: only the new and the changed one are read.
+    assert h.fake.reads == {"list:app/": 2, "app/a": 2, "app/sub/b": 2}
+    # One added, one changed, one deleted: the deleted one is neither read nor mounted.
     h.write({"secrets": {"app/a": "1*", "app/new": "n", "other/c": "3"}})
     assert await h.files([], select=chosen) == {"app/a": b"1*", "app/new": b"n"}
-    assert h.fake.reads == {"list:app/": 3, "app/a": 2, "app/sub/b": 1, "app/new": 1}
+    assert h.fake.reads == {"list:app/": 3, "app/a": 3, "app/sub/b": 2, "app/new": 1}
 
 
 async def test_selected_secrets_take_extraction_and_templates(tmp_path: Path) -> None:

@@ -96,10 +96,11 @@ async def test_secrets_by_prefix_and_tags_follow_the_store_poll_by_poll(
         {"Key": "tag-key", "Values": ["team"]},
         {"Key": "tag-value", "Values": ["pay"]},
     ]
-    # Unchanged: one listing call, nothing read.
+    # Unchanged: one listing call and one batch all the same (a listing proves permission to
+    # list, never to read: every poll's values are read as the pod).
     assert await files(mounter, chosen) == {"app/db": b"d", "app/api/key": b"k"}
-    assert calls(proxy, *SM_OPS) == {"ListSecrets": 1}
-    # One changed, one added, one deleted: one listing call and one batch of the two.
+    assert calls(proxy, *SM_OPS) == {"ListSecrets": 1, "BatchGetSecretValue": 1}
+    # One changed, one added, one deleted: one listing call and one batch of the two listed.
     client = moto.client("secretsmanager")
     client.put_secret_value(SecretId="app/db", SecretString="d2")
     client.create_secret(Name="app/new", SecretString="n", Tags=[{"Key": "team", "Value": "pay"}])
@@ -148,13 +149,14 @@ async def test_ssm_parameters_under_a_path(
     assert await files(mounter, deep) == expected
     assert calls(proxy, *SSM_OPS) == {"DescribeParameters": 1, "GetParameters": 1}
     assert await files(mounter, deep) == expected
-    assert calls(proxy, *SSM_OPS) == {"DescribeParameters": 1}
+    assert calls(proxy, *SSM_OPS) == {"DescribeParameters": 1, "GetParameters": 1}
     ssm.put_parameter(Name="/app/flags", Value="f2", Type="SecureString", Overwrite=True)
     ssm.put_parameter(Name="/app/db/host", Value="h", Type="String")
     ssm.delete_parameter(Name="/app/db/user")
     assert await files(mounter, deep) == {"c/db/pass": b"p", "c/db/host": b"h", "c/flags": b"f2"}
     assert calls(proxy, *SSM_OPS) == {"DescribeParameters": 1, "GetParameters": 1}
-    assert sorted(proxy.bodies["GetParameters"][-1]["Names"]) == ["/app/db/host", "/app/flags"]
+    listed = ["/app/db/host", "/app/db/pass", "/app/flags"]
+    assert sorted(proxy.bodies["GetParameters"][-1]["Names"]) == listed
     one_level = params({"objectType": "ssmparameter", "path": "/app/", "directory": "cfg"})
     assert await files(mounter, one_level) == {"cfg/flags": b"f2"}
 
@@ -190,7 +192,7 @@ async def test_without_batch_get_secrets_are_read_one_by_one(
     }
     moto.client("secretsmanager").put_secret_value(SecretId="s/a", SecretString="1*")
     assert await files(mounter, chosen) == {"s/a": b"1*", "s/b": b"2"}
-    assert calls(proxy, *SM_OPS) == {"ListSecrets": 1, "GetSecretValue": 1}
+    assert calls(proxy, *SM_OPS) == {"ListSecrets": 1, "GetSecretValue": 2}
 
 
 async def test_a_denied_secret_fails_the_selection(

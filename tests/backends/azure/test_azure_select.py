@@ -70,7 +70,7 @@ async def stub(azure: Azure, tmp_path: Path) -> AsyncIterator[Any]:
         yield provider.stub
 
 
-async def test_a_selection_follows_the_vault_reading_only_what_changed(
+async def test_a_selection_follows_the_vault_reading_every_selected_secret(
     azure: Azure, vault: Vault, stub: Any
 ) -> None:
     pay = {"team": "pay"}
@@ -89,10 +89,11 @@ async def test_a_selection_follows_the_vault_reading_only_what_changed(
     # Each file's object version is the secret's Key Vault version id.
     assert {v.id: v.version for v in reply.object_version}["app/db"] == db
     assert count.take() == (1, 2)
-    # Unchanged: one listing page, no read.
+    # Unchanged: one listing page and both read again (a listing proves permission to list,
+    # never to read).
     assert await mount(stub, chosen) == {"app/db": b"db1", "app/api": b"api1"}
-    assert count.take() == (1, 0)
-    # A new version, a new secret, a deleted one: the listing and the two that moved.
+    assert count.take() == (1, 2)
+    # A new version, a new secret, a deleted one: the listing and the two listed now.
     vault.add("secret", "app-db", {"value": "db2", "tags": pay})
     vault.add("secret", "app-new", {"value": "new", "tags": pay})
     del vault.objects[("secret", "app-api")]

@@ -84,10 +84,11 @@ async def test_a_selection_follows_prefix_labels_additions_and_deletions(
     assert await mount(stub, params) == {"app/a": b"a1", "app/b": b"b1"}
     assert google.listings[0] == ("ListSecrets", PROJECT, KSA)
     assert calls(google) == {"ListSecrets": 1, "ListSecretVersions": 2, "AccessSecretVersion": 2}
-    # Unchanged: the listings again (Google's listing carries no version), no secret read.
+    # Unchanged: the listings again and every secret read (a listing proves permission to
+    # list, never to read: every poll's values are read as the pod).
     assert await mount(stub, params) == {"app/a": b"a1", "app/b": b"b1"}
-    assert calls(google) == {"ListSecrets": 1, "ListSecretVersions": 2}
-    # One rotated, one added, one deleted: the rotated and the added one are read.
+    assert calls(google) == {"ListSecrets": 1, "ListSecretVersions": 2, "AccessSecretVersion": 2}
+    # One rotated, one added, one deleted: the two listed now are read.
     google.add_version(f"{PROJECT}/secrets/app-a", "a2")
     google.add_secret(f"{PROJECT}/secrets/app-d", "d1", KSA, labels=pay)
     google.delete_secret(f"{PROJECT}/secrets/app-b")

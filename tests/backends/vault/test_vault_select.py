@@ -122,7 +122,7 @@ def detailed(folder: str) -> tuple[str, str]:
     return ("list", f"secret/detailed-metadata/{folder}/")
 
 
-async def test_a_kv2_tree_polls_with_listings_only_until_something_changes(
+async def test_a_kv2_tree_polls_with_a_listing_per_folder_and_a_read_per_secret(
     mounts: Mounts, openbao: OpenBao
 ) -> None:
     kv2(
@@ -142,7 +142,8 @@ async def test_a_kv2_tree_polls_with_listings_only_until_something_changes(
         "app/sub/c": {"v": "c"},
         "app/sub/deep/d": {"v": "d"},
     }
-    # Unchanged: one listing per folder, nothing read, not even the mount (held 5 minutes).
+    # Unchanged: one listing per folder and every secret read again (a listing proves
+    # permission to list, never to read), but not the mount (held 5 minutes).
     openbao.audit_mark()
     before = mounts.calls()
     assert await mounts.files(chosen) == first
@@ -151,9 +152,13 @@ async def test_a_kv2_tree_polls_with_listings_only_until_something_changes(
         detailed("sel/t1/sub"): 1,
         detailed("sel/t1/sub/deep"): 1,
     }
-    assert openbao.audit_counts() == listings
-    assert mounts.calls() == {**before, "list": before["list"] + 3}
-    # One changed, one added, one deleted: the listings, then the changed and the new read.
+    reads = {
+        ("read", f"secret/data/sel/t1/{name}"): 1 for name in ("a", "b", "sub/c", "sub/deep/d")
+    }
+    assert openbao.audit_counts() == {**listings, **reads}
+    assert mounts.calls()["list"] == before["list"] + 3
+    # One changed, one added, one deleted: the listings, then each listed secret read (the
+    # deleted one is not listed).
     kv2(openbao, {"sel/t1/b": {"v": "b2"}, "sel/t1/sub/e": {"v": "e"}})
     delete(openbao, "sel/t1/a")
     openbao.audit_mark()
@@ -166,8 +171,7 @@ async def test_a_kv2_tree_polls_with_listings_only_until_something_changes(
     }
     assert openbao.audit_counts() == {
         **listings,
-        ("read", "secret/data/sel/t1/b"): 1,
-        ("read", "secret/data/sel/t1/sub/e"): 1,
+        **{("read", f"secret/data/sel/t1/{n}"): 1 for n in ("b", "sub/c", "sub/e", "sub/deep/d")},
     }
 
 
@@ -196,7 +200,8 @@ async def test_a_soft_deleted_secret_leaves_without_a_read(
     openbao.root().secrets.kv.v2.delete_latest_version_of_secret("sel/t3/a", mount_point="secret")
     openbao.audit_mark()
     assert sorted(await mounts.files(chosen)) == ["d/b"]
-    assert openbao.audit_counts() == {detailed("sel/t3"): 1}
+    # The listing says its latest version is deleted: only the other one is read.
+    assert openbao.audit_counts() == {detailed("sel/t3"): 1, ("read", "secret/data/sel/t3/b"): 1}
     # Undeleted, it is back (read again: nothing of it was held).
     openbao.root().secrets.kv.v2.undelete_secret_versions("sel/t3/a", [1], mount_point="secret")
     assert sorted(await mounts.files(chosen)) == ["d/a", "d/b"]
@@ -422,7 +427,9 @@ async def test_a_refresh_interval_reuses_the_values_then_reads_again(
         time.sleep(1.1)
         assert values(await harness.files(chosen, **policy))["r/a"] == {"v": "2"}
         counts = openbao.audit_counts()
-        assert counts[detailed("sel/r")] == 1 and counts[("read", "secret/data/sel/r/x")] == 1
-        assert counts[("read", "secret/data/sel/r/a")] == 1  # the changed one only
+        # "x" twice: once as the listed object, once as a selected secret.
+        assert counts[detailed("sel/r")] == 1 and counts[("read", "secret/data/sel/r/x")] == 2
+        # Past the window every selected secret is read again, changed ("a") or not ("x").
+        assert counts[("read", "secret/data/sel/r/a")] == 1
     finally:
         await harness.backends.close()
