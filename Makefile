@@ -4,7 +4,7 @@ VENV   := .venv
 BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed
 
-.PHONY: install tools test lint demo protos bench clean
+.PHONY: install tools test lint demo protos bench soak clean
 
 install: $(STAMP)
 
@@ -18,7 +18,8 @@ $(STAMP): pyproject.toml requirements-test.lock
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
 	sed -n '/^pip==/,/[^\\]$$/p' requirements-test.lock >$(VENV)/pip.lock
 	$(BIN)/python -m pip install --quiet --require-hashes -r $(VENV)/pip.lock
-	$(BIN)/python -m pip install --quiet --require-hashes -r requirements-test.lock
+	deploy/timed.sh "install requirements-test.lock" \
+		$(BIN)/python -m pip install --quiet --require-hashes -r requirements-test.lock
 	$(BIN)/python -m pip install --quiet --no-deps --no-build-isolation -e .
 	$(BIN)/python -m pip check
 	touch $(STAMP)
@@ -29,13 +30,21 @@ tools:
 	@if [ -x deploy/tools.sh ]; then deploy/tools.sh; fi
 
 lint: install
-	$(BIN)/ruff check .
-	$(BIN)/ruff format --check .
-	$(BIN)/mypy
-	$(BIN)/lint-imports
+	deploy/timed.sh "ruff check" $(BIN)/ruff check .
+	deploy/timed.sh "ruff format --check" $(BIN)/ruff format --check .
+	deploy/timed.sh mypy $(BIN)/mypy
+	deploy/timed.sh lint-imports $(BIN)/lint-imports
 
+# The suite on every core (pytest-xdist; JOBS=0 runs it in this process). Each worker starts its
+# own session servers (OpenBao, moto, ...) on ports the kernel picks; a module's tests stay on one
+# worker (loadscope), so module fixtures start once. The soaks (marker `bench`) are left out by
+# pyproject's addopts: `make soak` runs them.
+JOBS ?= auto
 test: install tools lint
-	$(BIN)/pytest -q
+	deploy/timed.sh pytest $(BIN)/pytest -q -n $(JOBS) --dist loadscope
+
+soak: install tools
+	deploy/timed.sh "pytest -m bench" $(BIN)/pytest -q -m bench -n $(JOBS) --dist loadscope
 
 demo: install
 	$(BIN)/python -m devkit.demo

@@ -5,10 +5,13 @@
 #                            `make install` (so CI's `make test`) installs
 #   requirements-build.lock  pip and the build backend (pyproject's [build-system]): what
 #                            installs the lock and builds the project's wheel in the image
+#   deploy/checkov.lock      pip and checkov, resolved on their own (checkov pins an old boto3
+#                            that conflicts with the runtime): what deploy/tools.sh installs
 # The versions already locked are kept unless asked: `deploy/lock.sh --upgrade` (everything) or
 # `deploy/lock.sh --upgrade-package grpcio` (one). Then `make install` and the tests, and commit
-# the three files together. uv runs from its own virtual environment in .tools/, apart from the
-# project's; it resolves for Linux, macOS and Windows at once (--universal), for Python 3.11.
+# the four files together (checkov moves with CHECKOV_VERSION below). uv runs from its own
+# virtual environment in .tools/, apart from the project's; it resolves for Linux, macOS and
+# Windows at once (--universal), for Python 3.11.
 set -euo pipefail
 
 UV_VERSION="0.13.9"
@@ -16,6 +19,8 @@ PYTHON_VERSION="3.11"
 # The installer, locked too: `make install` and the image's build stage run this pip. Neither pip
 # nor the build backend is in the image.
 PIP_VERSION="26.3"
+# The manifest scanner the deployment tests run (deploy/tools.sh installs it into .tools/checkov).
+CHECKOV_VERSION="3.3.30"
 
 root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 venv="${root}/.tools/uv"
@@ -49,3 +54,7 @@ compile pyproject.toml -c requirements-test.lock \
     echo "pip==${PIP_VERSION}"
     "${python}" -c 'import tomllib; print(*tomllib.load(open("pyproject.toml", "rb"))["build-system"]["requires"], sep="\n")'
 } | compile - -c requirements-test.lock -o requirements-build.lock "$@"
+
+# The scanner's own environment: no constraint from the project's locks, which it conflicts with.
+printf 'pip==%s\ncheckov==%s\n' "${PIP_VERSION}" "${CHECKOV_VERSION}" |
+    compile - -o deploy/checkov.lock "$@"
