@@ -16,6 +16,7 @@ from collections.abc import Callable
 from typing import Any, NoReturn, get_args
 
 from backends import registry
+from backends.fake.options import load_store_file
 from provider.core import parsing
 from provider.core.errors import InvalidParameters
 from provider.core.files import DRIVER_RECV_BYTES
@@ -34,6 +35,11 @@ from provider.core.settings import (
 from provider.core.versions import Versioner
 
 LOG_LEVELS = ("debug", "info", "warning", "error")
+
+
+class UnusableFile(InvalidParameters):
+    """A file a flag names that the node cannot give (missing, unreadable, not what it should
+    hold): the command line is right, the node is not (exit 1, not 2)."""
 
 
 class Parser(argparse.ArgumentParser):
@@ -433,6 +439,7 @@ def settings_from_args(args: argparse.Namespace) -> ServeSettings:
         name: options_from_args(args, name, registry.options_class(name))
         for name in registry.names()
     }
+    _check_fake_store_file(args, core, options.get("fake"))
     return ServeSettings(
         socket=getattr(args, "socket", DEFAULT_SOCKET),
         health_addr=getattr(args, "health_addr", "0.0.0.0:8098"),
@@ -448,13 +455,25 @@ def settings_from_args(args: argparse.Namespace) -> ServeSettings:
     )
 
 
+def _check_fake_store_file(args: argparse.Namespace, core: CoreSettings, fake: Any) -> None:
+    """The fake store's file, read once at start as the store reads it: a missing or broken
+    file fails `serve` (and an in-process `mount`) at once, not every mount after `serving`."""
+    if getattr(args, "provider_socket", None) or not core.enable_fake_backend:
+        return
+    if fake is not None and fake.store_file:
+        try:
+            load_store_file(fake.store_file)
+        except InvalidParameters as exc:
+            raise UnusableFile(str(exc)) from None
+
+
 def _check_key_file(path: str) -> None:
     try:
         Versioner.from_file(path)
     except OSError as exc:
-        raise InvalidParameters(
+        raise UnusableFile(
             f"--hmac-key-file {path}: cannot read it ({exc.strerror or exc}); create it with "
             "`openssl rand -base64 48`"
         ) from None
     except ValueError as exc:
-        raise InvalidParameters(f"{exc}; create one with `openssl rand -base64 48`") from None
+        raise UnusableFile(f"{exc}; create one with `openssl rand -base64 48`") from None

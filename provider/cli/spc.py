@@ -8,7 +8,7 @@ from dataclasses import dataclass
 
 import yaml
 
-from provider.core.boundedyaml import UniqueKeyLoader
+from provider.core.boundedyaml import UniqueKeyLoader, yaml_problem
 from provider.core.errors import InvalidParameters
 
 PROVIDER_NAME = "secrets-bridge"
@@ -39,7 +39,7 @@ def load(path: str) -> list[SecretProviderClass]:
         # given twice is refused, as the API server refuses it.
         docs = [d for d in yaml.load_all(text, Loader=UniqueKeyLoader) if d is not None]
     except yaml.YAMLError as exc:
-        raise InvalidParameters(f"not valid YAML: {_yaml_problem(exc)}") from None
+        raise InvalidParameters(f"not valid YAML: {yaml_problem(exc)}") from None
     # `kubectl get secretproviderclasses -A -o yaml` prints one List of them.
     items = [
         item
@@ -56,15 +56,6 @@ def load(path: str) -> list[SecretProviderClass]:
     if not classes:
         raise InvalidParameters("no object of kind SecretProviderClass in the file")
     return classes
-
-
-def _yaml_problem(exc: yaml.YAMLError) -> str:
-    """The parser's complaint with the line and column it names (1-based, as editors count)."""
-    mark = getattr(exc, "problem_mark", None)
-    problem = getattr(exc, "problem", None) or str(exc).splitlines()[0]
-    if mark is None:
-        return str(problem)
-    return f"line {mark.line + 1}, column {mark.column + 1}: {problem}"
 
 
 def _parse(doc: dict[str, object], path: str) -> SecretProviderClass:

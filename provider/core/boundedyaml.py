@@ -122,12 +122,17 @@ def load_yaml(text: str, field: str) -> Any:
     try:
         return yaml.load(text, Loader=_ParameterLoader)  # noqa: S506 - a SafeLoader subclass
     except yaml.YAMLError as exc:
-        where = ""
-        mark = getattr(exc, "problem_mark", None)
-        if mark is not None:
-            where = f" at line {mark.line + 1}, column {mark.column + 1}"
-        problem = getattr(exc, "problem", None) or str(exc).splitlines()[0]
-        raise InvalidParameters(f"{field}: invalid YAML{where}: {problem}") from None
+        raise InvalidParameters(f"{field}: invalid YAML {yaml_problem(exc, 'at ')}") from None
+
+
+def yaml_problem(exc: yaml.YAMLError, at: str = "") -> str:
+    """The parser's complaint with the line and column it names (1-based, as editors count);
+    never the text around it (it may be a secret)."""
+    mark = getattr(exc, "problem_mark", None)
+    problem = getattr(exc, "problem", None) or str(exc).splitlines()[0]
+    if mark is None:
+        return str(problem)
+    return f"{at}line {mark.line + 1}, column {mark.column + 1}: {problem}"
 
 
 def load_yaml_safe(text: str) -> Any:

@@ -66,6 +66,12 @@ class Node:
         self.port = f"127.0.0.1:{sock.getsockname()[1]}"
         return self.port
 
+    def broken_store(self, text: str = "secrets:\n  a: [1\n") -> str:
+        path = self.tmp / "store.yaml"
+        if not path.exists():
+            path.write_text(text)
+        return str(path)
+
     def long_path(self, size: int) -> str:
         base = str(self.tmp) + "/"
         return base + "s" * (size - len(base) - 5) + ".sock"
@@ -329,6 +335,45 @@ CASES = [
         lambda n: (
             f"secrets-bridge serve: error: --hmac-key-file {n.tmp}/no.key: cannot read it "
             "(No such file or directory); create it with `openssl rand -base64 48`"
+        ),
+    ),
+    Case(
+        "serve: the fake store's file is missing",
+        lambda n: n.serve(
+            "--socket", _sock(n), "--enable-fake-backend", "--fake-store-file", "none.yaml"
+        ),
+        1,
+        lambda n: (
+            "secrets-bridge serve: error: --fake-store-file none.yaml: cannot read it (No such "
+            "file or directory); create it (docs/fake-store.md shows its shape) or fix the path"
+        ),
+    ),
+    Case(
+        "serve: the fake store's file is not YAML",
+        lambda n: n.serve(
+            "--socket", _sock(n), "--enable-fake-backend", "--fake-store-file", n.broken_store()
+        ),
+        1,
+        lambda n: (
+            f"secrets-bridge serve: error: --fake-store-file {n.broken_store()}: not valid "
+            "YAML: line 3, column 1: expected ',' or ']', but got '<stream end>'"
+        ),
+    ),
+    Case(
+        "mount: the fake store's file is not a map",
+        lambda n: [
+            "mount",
+            SPC,
+            "--target",
+            "v",
+            "--enable-fake-backend",
+            "--fake-store-file",
+            n.broken_store("- a\n"),
+        ],
+        1,
+        lambda n: (
+            f"secrets-bridge mount: error: --fake-store-file {n.tmp}/store.yaml: expected a "
+            "YAML map (secrets:, and optionally access:, failures:, leases:), got a list"
         ),
     ),
     Case(
