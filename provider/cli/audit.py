@@ -8,6 +8,13 @@ that is not given; a file that starts a new chain is accepted with its continuit
 and both are said). Exit 1: the first broken line is printed (evidence of deletion, edits or
 disorder: the chain shows tampering, it cannot prevent it). Exit 2: usage (no key, a file that
 cannot be read).
+
+`secrets-bridge audit search FILE... [--secret S] [--pod NS/NAME] [--namespace NS] [--since T]
+[--until T]`: the records that match (provider/cli/auditsearch.py), one a line on stdout, read
+with the chain checked as verify checks it; then, on stderr, how many matched and the chain's
+verdict. Exit 0: the chain is intact (whether anything matched or not); 1: it is broken, and
+where is said (the matches are still printed: those from that line on are not vouched for);
+2: usage.
 """
 
 from __future__ import annotations
@@ -15,7 +22,9 @@ from __future__ import annotations
 import argparse
 import sys
 from collections.abc import Iterator
+from datetime import UTC, datetime
 
+from provider.cli import auditsearch
 from provider.cli.flags import flag
 from provider.edge import auditchain
 
@@ -26,7 +35,32 @@ def add_audit_flags(cmd: argparse.ArgumentParser) -> None:
     actions = cmd.add_subparsers(dest="audit_action", required=True, metavar="ACTION")
     text = "check the MAC chain of audit files; name the first missing, edited or moved line"
     verify = actions.add_parser("verify", help=text, description=text)
-    verify.add_argument(
+    _files_and_key(verify)
+    text = "which pods received a secret, and when: the records that match, chain checked"
+    search = actions.add_parser("search", help=text, description=text)
+    _files_and_key(search)
+    search.add_argument(
+        "--secret",
+        default="",
+        metavar="REF",
+        help="a secret's reference in its store, or its last segments (secret/app/db, app/db, "
+        "an ARN, a resource name): the answers that delivered it, listed or selected",
+    )
+    search.add_argument("--pod", default="", metavar="NS/NAME", help="one pod's records")
+    search.add_argument("--namespace", default="", metavar="NS", help="one namespace's records")
+    for name, when in (("--since", "from"), ("--until", "up to")):
+        search.add_argument(
+            name,
+            default="",
+            metavar="TIME",
+            help=f"records {when} this time (ISO 8601, UTC unless it says otherwise) or age "
+            "(90s, 30m, 2h, 7d ago)",
+        )
+    search.add_argument("--json", action="store_true", help="one JSON object per match")
+
+
+def _files_and_key(cmd: argparse.ArgumentParser) -> None:
+    cmd.add_argument(
         "files",
         nargs="+",
         metavar="FILE",
@@ -35,7 +69,7 @@ def add_audit_flags(cmd: argparse.ArgumentParser) -> None:
         '- is stdin (e.g. the lines of `kubectl logs` that start with {"type":"audit)',
     )
     flag(
-        verify,
+        cmd,
         "--hmac-key-file",
         None,
         "the installation key the provider sealed the lines with (its --hmac-key-file)",
@@ -44,28 +78,64 @@ def add_audit_flags(cmd: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
+    action = args.audit_action
+    try:
+        key = _key_and_files(args)
+        query = _query(args) if action == "search" else None
+    except ValueError as exc:
+        print(f"secrets-bridge audit {action}: {exc}", file=sys.stderr)
+        return EXIT_USAGE
+    if query is not None:
+        return _search(key, query, args)
+    verdict = auditchain.verify(key, ((name, _lines(name)) for name in args.files))
+    if verdict.problem:
+        print(f"broken: {verdict.problem}")
+        return EXIT_BROKEN
+    print("; ".join(_intact(verdict, len(args.files))))
+    return EXIT_INTACT
+
+
+def _key_and_files(args: argparse.Namespace) -> bytes:
+    """The audit key, once every file is known readable (ValueError: one line to print)."""
     if not args.hmac_key_file:
-        print("secrets-bridge audit verify: --hmac-key-file is required", file=sys.stderr)
-        return EXIT_USAGE
+        raise ValueError("--hmac-key-file is required")
     if args.files.count("-") > 1:
-        print("secrets-bridge audit verify: standard input (-) can be read once", file=sys.stderr)
-        return EXIT_USAGE
+        raise ValueError("standard input (-) can be read once")
     try:
         key = auditchain.read_key(args.hmac_key_file)
         for name in args.files:
             if name != "-":
                 open(name, "rb").close()  # every file is readable before any is judged
     except OSError as exc:
-        print(f"secrets-bridge audit verify: {exc.filename}: {exc.strerror}", file=sys.stderr)
-        return EXIT_USAGE
-    except ValueError as exc:
-        print(f"secrets-bridge audit verify: {exc}", file=sys.stderr)
-        return EXIT_USAGE
-    verdict = auditchain.verify(key, ((name, _lines(name)) for name in args.files))
+        raise ValueError(f"{exc.filename}: {exc.strerror}") from None
+    return key
+
+
+def _query(args: argparse.Namespace) -> auditsearch.Query:
+    now = datetime.now(UTC)
+    return auditsearch.Query(
+        secret=args.secret,
+        pod=auditsearch.parse_pod(args.pod) if args.pod else None,
+        namespace=args.namespace,
+        since=auditsearch.parse_time(args.since, "--since", now) if args.since else None,
+        until=auditsearch.parse_time(args.until, "--until", now) if args.until else None,
+    )
+
+
+def _search(key: bytes, query: auditsearch.Query, args: argparse.Namespace) -> int:
+    chain = auditchain.Chain(key)
+    show = auditsearch.as_json if args.json else auditsearch.text
+    found = 0
+    files = [(name, _lines(name)) for name in args.files]
+    for match in auditsearch.search(query, chain, files):
+        print(show(match))
+        found += 1
+    verdict = chain.verdict()
+    said = f"{found} match{'es' if found != 1 else ''} in {verdict.lines} lines"
     if verdict.problem:
-        print(f"broken: {verdict.problem}")
+        print(f"{said}; broken: {verdict.problem}", file=sys.stderr)
         return EXIT_BROKEN
-    print("; ".join(_intact(verdict, len(args.files))))
+    print(f"{said}; {'; '.join(_intact(verdict, len(args.files)))}", file=sys.stderr)
     return EXIT_INTACT
 
 

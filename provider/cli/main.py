@@ -116,7 +116,8 @@ COMMANDS = {
     "check": "validate a SecretProviderClass file offline",
     "mount": "act as the driver: mount a class into a directory",
     "bench": "load-test Mount against a store, with an echo floor",
-    "audit": "check an audit trail written by serve --audit-log (audit verify FILE...)",
+    "audit": "check or search an audit trail written by serve --audit-log "
+    "(audit verify|search FILE...)",
 }
 
 

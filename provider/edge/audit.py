@@ -15,7 +15,8 @@ line cannot be written is still sent as it was (no secret leaves with it), and c
 Bounded under abuse (issue 32): a tenant makes the provider refuse its own mounts as often as its
 pods retry, with classes of hundreds of KiB, and a trail whose disk fills fails every namespace's
 mounts. So every line is bounded (names and references cut, a cut reference followed by its
-SHA-256); a refusal records a summary of its class (the first REFUSED_OBJECTS objects,
+SHA-256; a line longer than LINE_BYTES is split across chained lines, below); a refusal
+records a summary of its class (the first REFUSED_OBJECTS objects,
 `object_count`, `class_digest`, the message's first MESSAGE_BYTES); a pod's refusals
 of one class with the same code and message are written once per REPEATS_EVERY, the ones
 between counted (`repeats` on that pod and class's next line); and each namespace writes at most
@@ -23,6 +24,14 @@ REFUSAL_RECORDS refusal lines per REFUSAL_WINDOW, the rest counted (`dropped` on
 next line). Counts no line carried within a while are written on lines of their own (`repeated`,
 `dropped`), and at shutdown. An answer is always written, with no budget: no access goes
 unrecorded.
+
+Every line is at most LINE_BYTES. An answer that would need more (many objects, a selector's
+secrets: each named, with its version) is one record in several consecutive lines of the chain:
+the first, `"event":"answered"`, says `"parts": N`; the others are `"event":"continued"` with
+`"part": 2..N`; each names the pod and class again (so any one line answers "who", alone) and
+carries some of the objects, a long list of an object (`secrets`, `version`) cut into slices that
+say where they start (`"at"`). So a record costs about what its objects cost, however they are
+split: a selector's secrets cost as the same secrets listed by name (docs/audit.md).
 
 The line format and its MAC chain are in provider/edge/auditchain.py. Writes are synchronous
 (one `write` per line, from the event loop, so lines never interleave and the chain's order is
@@ -66,6 +75,12 @@ NAME_BYTES = 253
 #: An object's name, its reference and a store, as the class names them, are cut to this many
 #: bytes as written; a cut reference is followed by the SHA-256 of the whole (`ref_sha256`).
 REF_BYTES = 512
+#: No line is longer than this, its newline included: a longer record is split into parts.
+LINE_BYTES = 16 * 1024
+#: What a line adds around its fields: type, time, seq, event, parts and the MAC (≤ 200 bytes).
+_FRAME_BYTES = 256
+#: The list members of an object entry that a long record cuts into slices.
+_SLICED = ("secrets", "version")
 #: A refusal records the first objects its class asked for (and `object_count`), ...
 REFUSED_OBJECTS = 3
 #: ... and the first bytes (as written) of the message the driver got (itself at most 4 KiB).
@@ -267,7 +282,7 @@ class AuditTrail:
         must not go). It carries the counts of its pod and class and of its namespace."""
         now = self._clock()
         fields = self._about(request)
-        fields["backend"] = result.backend
+        fields["backend"] = _cut(result.backend, NAME_BYTES)
         fields.update(_objects(result.served))
         if result.refresh is not None:  # the class's own reuse policy (refreshInterval)
             fields["refresh_s"] = result.refresh
@@ -281,7 +296,7 @@ class AuditTrail:
         budget = counts.budgets.get(pod.namespace)
         if budget is not None and budget.dropped:
             fields["dropped"] = budget.dropped
-        written = self._try("answered", fields, at=now)
+        written = self._record("answered", fields, at=now)
         if written:
             if key is not None and counted is not None:
                 self._forget(key)  # answered: its next refusal is written
@@ -418,40 +433,74 @@ class AuditTrail:
             return fields
         pod, params = request.pod, request.params
         fields.update(
-            namespace=pod.namespace,
-            pod=pod.name,
-            pod_uid=pod.uid,
-            serviceaccount=pod.service_account,
+            namespace=_cut(pod.namespace, NAME_BYTES),
+            pod=_cut(pod.name, NAME_BYTES),
+            pod_uid=_cut(pod.uid, NAME_BYTES),
+            serviceaccount=_cut(pod.service_account, NAME_BYTES),
         )
         fields["class"] = _cut(params.get("secretProviderClass", ""), NAME_BYTES)
         fields["backend"] = _cut(params.get("backend", ""), NAME_BYTES)
         return fields
 
+    def _record(self, event: str, fields: dict[str, Any], *, at: float) -> bool:
+        """Write a record in one line, or, when that line would pass LINE_BYTES, in parts
+        (False when any line could not be written)."""
+        try:
+            return self._try(event, fields, at=at, long=False)
+        except _TooLong:
+            pass
+        for part, (name, line) in enumerate(_parts(event, fields)):
+            if not self._try(name, line, at=at):
+                log.error(
+                    "the audit record was written only in part",
+                    extra={"fields": {"parts_written": part}},
+                )
+                return False
+        return True
+
     def _try(
-        self, event: str, fields: dict[str, Any], *, header: bool = False, at: float | None = None
+        self,
+        event: str,
+        fields: dict[str, Any],
+        *,
+        header: bool = False,
+        at: float | None = None,
+        long: bool = True,
     ) -> bool:
+        """Write one line (with the start line a reopen owes first); `long=False` raises
+        _TooLong, writing nothing, for a line past LINE_BYTES."""
         try:
             if self._header_due and not header:
                 self._write("start", {"type": auditchain.START, "reason": "reopen"}, header=True)
                 self._header_due = False
-            self._write(event, fields, header=header, at=at)
+            self._write(event, fields, header=header, at=at, long=long)
         except OSError:
             return False
         return True
 
     def _write(
-        self, event: str, fields: dict[str, Any], *, header: bool = False, at: float | None = None
+        self,
+        event: str,
+        fields: dict[str, Any],
+        *,
+        header: bool = False,
+        at: float | None = None,
+        long: bool = True,
     ) -> None:
         """Seal and write one line, stamped `at` (now by default); OSError (any failure of the
-        sink) is counted and logged."""
+        sink) is counted and logged; _TooLong (nothing written) when not `long` and the line
+        would pass LINE_BYTES."""
         now = _time(self._clock() if at is None else at)
         seq = 0 if fields.get("reason") == "start" else self._seq
-        head: dict[str, Any] = {"type": fields.pop("type"), "time": now, "seq": seq}
+        head: dict[str, Any] = {"type": fields["type"], "time": now, "seq": seq}
         if header:
             head.update(previous=self._previous, pid=os.getpid(), version=__version__)
         else:
             head["event"] = event
-        line, mac = auditchain.seal(self._key, self._previous, {**head, **fields})
+        body = {**head, **{k: v for k, v in fields.items() if k != "type"}}
+        line, mac = auditchain.seal(self._key, self._previous, body)
+        if not long and len(line) >= LINE_BYTES:
+            raise _TooLong
         try:
             self._sink.write(line.encode("ascii") + b"\n")
         except Exception as exc:
@@ -463,6 +512,81 @@ class AuditTrail:
             raise OSError("audit trail not written") from exc
         self._previous, self._seq = mac, seq + 1
         self._metrics.audit_records.labels(event).inc()
+
+
+class _TooLong(Exception):
+    """A record's one line would pass LINE_BYTES: it is written in parts."""
+
+
+def _parts(event: str, fields: dict[str, Any]) -> list[tuple[str, dict[str, Any]]]:
+    """A record as lines of at most LINE_BYTES: the first carries every field but `objects`
+    and `"parts": N`; each other, `"event":"continued"`, the pod and class again and `"part"`;
+    the objects (a long one in slices) go into them in order, as many as fit."""
+    objects = fields.get("objects", [])
+    first = {k: v for k, v in fields.items() if k != "objects"}
+    about = {k: fields[k] for k in _ABOUT if k in fields}
+    # Room for objects in either kind of line (the part numbers and `[]` reserved too).
+    room = LINE_BYTES - _FRAME_BYTES - max(_size(first), _size(about)) - len(',"objects":[]')
+    lines: list[list[dict[str, Any]]] = [[]]
+    used = 0
+    for piece in (p for entry in objects for p in _pieces(entry, room)):
+        size = _size(piece) + 1
+        if lines[-1] and used + size > room:
+            lines.append([])
+            used = 0
+        lines[-1].append(piece)
+        used += size
+    parts = len(lines)
+    out = [(event, {**first, "parts": parts, "objects": lines[0]})]
+    for number, pieces in enumerate(lines[1:], 2):
+        out.append(("continued", {**about, "part": number, "parts": parts, "objects": pieces}))
+    return out
+
+
+#: The fields each part of a record repeats: who and which class.
+_ABOUT = ("type", "namespace", "pod", "pod_uid", "serviceaccount", "class", "backend")
+
+
+def _pieces(entry: dict[str, Any], room: int) -> list[dict[str, Any]]:
+    """An object's entry in pieces of at most `room` bytes: its long lists (`secrets`, and
+    `version` when the object yielded several files) in slices, each with the object's other
+    fields and `"at"`, the index of its first member. Aligned lists (a secret's file and its
+    version) are sliced together."""
+    if _size(entry) <= room:
+        return [entry]
+    base = {k: v for k, v in entry.items() if k not in _SLICED}
+    secrets: list[str] = entry.get("secrets", [])
+    version = entry.get("version", [])
+    versions: list[str] = version if isinstance(version, list) else [version]
+    if len(secrets) == len(versions):
+        return _slices(base, {"secrets": secrets, "version": versions}, room)
+    lists = {"secrets": secrets, "version": versions}
+    return [
+        p for name, column in lists.items() if column for p in _slices(base, {name: column}, room)
+    ]
+
+
+def _slices(base: dict[str, Any], columns: dict[str, list[str]], room: int) -> list[dict[str, Any]]:
+    """Rows of equal-length `columns`, cut into pieces of `base` plus a slice of each and
+    `"at"`, each at most `room` bytes (a piece holds at least one row)."""
+    rows = len(next(iter(columns.values())))
+    empty = _size({**base, "at": rows, **{name: [] for name in columns}})
+    out: list[dict[str, Any]] = []
+    start, used = 0, empty
+    for row in range(rows + 1):
+        size = sum(_size(column[row]) + 1 for column in columns.values()) if row < rows else 0
+        if row == rows or (row > start and used + size > room):
+            piece = {**base, "at": start}
+            piece.update({name: column[start:row] for name, column in columns.items()})
+            out.append(piece)
+            start, used = row, empty
+        used += size
+    return out
+
+
+def _size(value: object) -> int:
+    """Bytes as a line writes `value` (compact JSON, ASCII)."""
+    return len(json.dumps(value, separators=(",", ":"), ensure_ascii=True, default=str))
 
 
 def _time(seconds: float) -> str:
@@ -495,8 +619,10 @@ def _json_bytes(char: str) -> int:
 
 def _objects(served: tuple[Served, ...]) -> dict[str, Any]:
     """The store(s) and each object's entry: a reference and, when answered, its source and
-    version (a list when the object yielded several files). Names, references and stores are
-    cut to REF_BYTES; a cut reference is followed by the SHA-256 of the whole."""
+    version (a list when the object yielded several files); a selector's, `selected` (how many
+    secrets it delivered) and `secrets` (each one's reference). Names, references, stores and
+    versions are cut to REF_BYTES; a cut object reference is followed by the SHA-256 of the
+    whole."""
     stores = list(dict.fromkeys(_cut(s.store, REF_BYTES) for s in served))
     objects = []
     for s in served:
@@ -508,8 +634,12 @@ def _objects(served: tuple[Served, ...]) -> dict[str, Any]:
             entry["store"] = _cut(s.store, REF_BYTES)
         if s.source is not None:
             entry["source"] = s.source
+        if s.selected:
+            entry["selected"] = len(s.selected)
+            entry["secrets"] = [_cut(ref, REF_BYTES) for ref in s.selected]
         if s.versions:
-            entry["version"] = s.versions[0] if len(s.versions) == 1 else list(s.versions)
+            versions = [_cut(v, REF_BYTES) for v in s.versions]
+            entry["version"] = versions[0] if len(versions) == 1 else versions
         objects.append(entry)
     # Each object names its own store when there are several: the list is only a summary.
     return {"store": _cut("; ".join(stores), REF_BYTES), "objects": objects}

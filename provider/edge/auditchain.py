@@ -39,7 +39,7 @@ import hmac
 import json
 import re
 from collections import deque
-from collections.abc import Iterable
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
@@ -105,17 +105,41 @@ def verify(key: bytes, files: Iterable[tuple[str, Iterable[str]]]) -> Verdict:
     on a new file, or on stderr): nothing links it to the file before, so only its time is
     checked against that file's end. The first line may continue an older file not given.
     """
-    walk = _Walk(key)
-    before: str | None = None
-    for name, lines in files:
-        number = 0
-        for number, raw in enumerate(lines, 1):
-            walk.line(f"{name}:{number}", raw, before if number == 1 else None)
-            if walk.settled():
-                return walk.finish()
-        if number:  # an empty file is no boundary
-            before = name
-    return walk.finish()
+    chain = Chain(key)
+    for _where, _fields in chain.read(files):
+        if chain.settled():
+            break
+    return chain.verdict()
+
+
+class Chain:
+    """Lines checked as they are read (`audit verify`, and `audit search`, which reads every
+    line whatever it finds): `read` yields each line's place and fields, `verdict` says what
+    the chain showed once the reading stopped."""
+
+    def __init__(self, key: bytes) -> None:
+        self._walk = _Walk(key)
+
+    def read(
+        self, files: Iterable[tuple[str, Iterable[str]]]
+    ) -> Iterator[tuple[str, dict[str, Any] | None]]:
+        """("file:line", its fields, or None when it is not a sealed line) of every line of
+        `files`, oldest file first, each checked before it is yielded."""
+        before: str | None = None
+        for name, lines in files:
+            number = 0
+            for number, raw in enumerate(lines, 1):
+                where = f"{name}:{number}"
+                yield where, self._walk.line(where, raw, before if number == 1 else None)
+            if number:  # an empty file is no boundary
+                before = name
+
+    def settled(self) -> bool:
+        """A problem is found that no later line can change."""
+        return self._walk.settled()
+
+    def verdict(self) -> Verdict:
+        return self._walk.finish()
 
 
 @dataclass
@@ -167,19 +191,20 @@ class _Walk:
         if self.first is None or order < self.first[0]:
             self.first = (order, text)
 
-    def line(self, where: str, raw: str, after: str | None) -> None:
-        """One line; `after` is the file before this one, at a file's first line."""
+    def line(self, where: str, raw: str, after: str | None) -> dict[str, Any] | None:
+        """One line, and its fields (None when it is not a whole sealed line); `after` is the
+        file before this one, at a file's first line."""
         self.verdict.lines += 1
         order = self.verdict.lines
         if not raw.endswith("\n"):
             self._problem(order, f"{where}: incomplete last line (a write cut short, or an edit)")
-            return
+            return None
         parts = unseal(raw[:-1])
         fields = _fields(parts[0]) if parts else None
         if parts is None or fields is None:
             text = "not a sealed audit line: edited, or not written by secrets-bridge"
             self._problem(order, f"{where}: {text}")
-            return
+            return None
         body, mac = parts
         for link in self.links.pop(mac, []):
             self.linked.add(link.order)
@@ -197,6 +222,7 @@ class _Walk:
         # Go on from this line (a later line may settle a start line before it).
         self.previous, self.seq = mac, seq if isinstance(seq, int) else expected
         self.time = str(fields.get("time", ""))
+        return fields
 
     def _start(
         self, order: int, where: str, body: str, mac: str, fields: dict[str, Any], after: str | None

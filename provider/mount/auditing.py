@@ -3,19 +3,24 @@
 For each object of the class: its file name, the store it is read from and its reference there,
 both as the store's own `describe()` names them (an address, a path, an ARN, a resource name),
 where this mount's value came from (`store`, `cache`, `coalesced`, `revalidated`, `stale`:
-provider/mount/fetching.py), and the versions of the files it yielded. Built only when the trail
-is on; a memoized answer gets a fresh list per mount, because the sources differ per mount.
+provider/mount/fetching.py), and the versions of the files it yielded. A selector's object also
+names every secret it delivered (`Served.selected`), each by its reference in the store: the
+selector's own reference with the secret's name in place of its `*` (`KV secret/app/*` and `db`:
+`KV secret/app/db`), or what the selection ref's `member(name)` says when it has one (a store
+whose selector has no `*` to fill in). Names are not secrets; values and their hashes never
+appear. Built only when the trail is on; a memoized answer gets a fresh list per mount, because
+the sources differ per mount.
 """
 
 from __future__ import annotations
 
 import hashlib
-from collections.abc import Mapping, Sequence
+from collections.abc import Hashable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
 
-from provider.core.model import Source, describe
-from provider.mount.planning import KUBELET_PREFIX
+from provider.core.model import SecretValue, Source, describe
+from provider.mount.planning import KUBELET_PREFIX, selects
 
 if TYPE_CHECKING:
     from provider.mount.planning import MountPlan
@@ -32,25 +37,52 @@ class Served:
     source: Source | None = None
     #: The versions answered for the object's files (empty for a refused mount).
     versions: tuple[str, ...] = ()
+    #: A selector's object: the reference of each secret it delivered, in the order of its
+    #: files (empty for a listed object, and for a refused mount).
+    selected: tuple[str, ...] = ()
+
+
+@runtime_checkable
+class Members(Protocol):
+    """A selection ref that names its secrets itself (its `describe()` has no `*`)."""
+
+    def member(self, name: str) -> str:
+        """The store reference of the selected secret named `name` relative to the selector."""
+        ...
 
 
 def served(
     plan: MountPlan,
     object_versions: Sequence[tuple[str, tuple[str, ...]]],
     sources: Mapping[Any, Source] | None,
+    values: Mapping[Hashable, Sequence[SecretValue]] | None = None,
 ) -> tuple[Served, ...]:
     """Every object of `plan`, with its source (by (store index, ref): two stores may hold
-    equal refs, two Vault clusters one path) and versions."""
+    equal refs, two Vault clusters one path) and versions; with the mount's `values` (by the
+    same key), every secret each selector delivered."""
     versions = dict(object_versions)
     out = []
     for index, named in enumerate(plan.stores):
         store = describe(named.plan.store)
         for spec in named.plan.objects:
-            source = sources.get((index, spec.ref)) if sources is not None else None
-            out.append(
-                Served(spec.name, store, describe(spec.ref), source, versions.get(spec.name, ()))
-            )
+            key = (index, spec.ref)
+            source = sources.get(key) if sources is not None else None
+            selected: tuple[str, ...] = ()
+            if values is not None and selects(spec):
+                selected = tuple(member(spec.ref, v.suffix) for v in values.get(key, ()))
+            ref = describe(spec.ref)
+            out.append(Served(spec.name, store, ref, source, versions.get(spec.name, ()), selected))
     return tuple(out)
+
+
+def member(ref: object, name: str) -> str:
+    """The store reference of a selected secret: the selector's with `name` for its `*` and
+    what follows it (`KV secret/app/** (5 levels down)`, `a/db`: `KV secret/app/a/db`)."""
+    if isinstance(ref, Members):
+        return ref.member(name)
+    text = describe(ref)
+    star = text.find("*")
+    return text[:star] + name if star >= 0 else f"{text}: {name}"
 
 
 def class_digest(params: Mapping[str, str]) -> str:

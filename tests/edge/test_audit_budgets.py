@@ -311,9 +311,14 @@ def test_a_refusal_line_is_bounded_whatever_the_class(tmp_path: Path) -> None:
     result = MountResult(files=(), versions=(), backend="fake", served=served)
     assert trail.answered(MountInput(params, pod, 0o644), result)
     trail.close()
-    refused, answered = path.read_text().splitlines()[1:]
+    refused, *answered = path.read_text().splitlines()[1:]
     assert len(refused) <= 8192
-    # An answer names every object (its references cut, each with the digest of the whole).
-    entries = json.loads(answered)["objects"]
+    # An answer names every object (its references cut, each with the digest of the whole),
+    # over as many chained lines as it takes, each within the line bound.
+    parts = [json.loads(line) for line in answered]
+    assert [p["event"] for p in parts] == ["answered"] + ["continued"] * (len(parts) - 1)
+    assert all(p["parts"] == len(parts) and p["pod"] == "p" * 253 for p in parts)
+    assert all(len(line) + 1 <= audit.LINE_BYTES for line in answered)
+    entries = [e for p in parts for e in p["objects"]]
     assert len(entries) == 100 and all(len(e["ref_sha256"]) == 64 for e in entries)
-    assert len(answered) < 100 * 3 * (audit.REF_BYTES + 100)
+    assert sum(map(len, answered)) < 100 * 3 * (audit.REF_BYTES + 100)
