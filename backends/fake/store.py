@@ -42,11 +42,13 @@ from provider.core.backend import Backend, BackendEnv, Dialect
 from provider.core.errors import (
     BridgeError,
     InvalidParameters,
+    LimitExceeded,
     NotFound,
     PermissionDenied,
     StoreUnavailable,
 )
 from provider.core.identity import pod_scope, pod_token
+from provider.core.limits import FetchBytes
 from provider.core.model import (
     FetchContext,
     Fetched,
@@ -115,11 +117,16 @@ class FakeBackend:
             self.inflight -= 1
         data = self._load()
         results: dict[Ref, Fetched] = {}
-        for ref in refs:
-            if isinstance(ref, FakeSelection):
-                results[ref] = await self._select(data, ref, identity)
-            else:
-                results[ref] = self._read(data, ref.path, identity)
+        # Charged as every store's answers are (provider/core/limits.py ReadBytes): a mount over
+        # its answer budget is refused, with the store's reads stopped there.
+        async with self._env.reads.fetch(identity.key) as held:
+            for ref in refs:
+                if isinstance(ref, FakeSelection):
+                    results[ref] = await self._select(data, ref, identity, held)
+                else:
+                    results[ref] = await _charged(held, self._read(data, ref.path, identity))
+                if held.refusal is not None:
+                    break
         # Each read's duration, as every store records its calls (the reads of one fetch run
         # together, so each took the fetch's time).
         elapsed = time.perf_counter() - started
@@ -129,7 +136,7 @@ class FakeBackend:
         return results
 
     async def _select(
-        self, data: Mapping[str, Any], ref: FakeSelection, identity: Identity
+        self, data: Mapping[str, Any], ref: FakeSelection, identity: Identity, held: FetchBytes
     ) -> Fetched:
         self.reads[f"list:{ref.prefix}"] = self.reads.get(f"list:{ref.prefix}", 0) + 1
         paths = sorted(p for p in (data.get("secrets") or {}) if p.startswith(ref.prefix))
@@ -144,7 +151,7 @@ class FakeBackend:
         async def read(secrets: Sequence[Listed]) -> dict[Hashable, SecretValue | BridgeError]:
             out: dict[Hashable, SecretValue | BridgeError] = {}
             for secret in secrets:
-                got = self._read(data, str(secret.handle), identity)
+                got = await _charged(held, self._read(data, str(secret.handle), identity))
                 out[secret.handle] = got if isinstance(got, BridgeError) else got[0]
             return out
 
@@ -262,3 +269,14 @@ def create(env: BackendEnv[Options]) -> Backend[FakeStore, Ref]:
 DIALECT: Dialect[FakeStore, Ref, Options] = dialect
 #: ... and against the Selecting protocol (provider/core/selection.py).
 SELECTING: Selecting[FakeStore, Ref] = dialect
+
+
+async def _charged(held: FetchBytes, fetched: Fetched) -> Fetched:
+    """A read's values, charged to the fetch's bytes in flight; its refusal instead."""
+    if isinstance(fetched, BridgeError):
+        return fetched
+    try:
+        await held.charge(sum(len(v.content) for v in fetched))
+    except LimitExceeded as exc:
+        return exc
+    return fetched

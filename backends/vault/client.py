@@ -36,7 +36,7 @@ import yarl
 from backends import nodefiles
 from backends.proxies import Proxies, proxied_requests, proxy_failure
 from backends.vault.dialect import TLSConfig
-from backends.wire import MAX_SESSIONS, Resolver, SessionPool, origin, read_capped
+from backends.wire import MAX_SESSIONS, Charge, Resolver, SessionPool, origin, read_capped
 from provider.core.calls import attempt_cutoff
 from provider.core.errors import (
     BridgeError,
@@ -201,10 +201,12 @@ class VaultHTTP:
         body: str = "",
         doing: str = "",
         quote: bool = False,
+        charge: Charge | None = None,
     ) -> Reply:
         """One API call. `doing` (what, for whom) prefixes every error message. `quote`: the
         path is a store's own key names (a selection's listing), sent percent-encoded as they
-        are, so a key holding '?', '#' or '%' names itself and not a query or an escape."""
+        are, so a key holding '?', '#' or '%' names itself and not a query or an escape.
+        `charge`: the fetch's bytes in flight, charged the body as it is read."""
         doing = doing or f"{method} {path}"
         remaining = deadline - time.monotonic()
         if remaining <= 0:
@@ -246,7 +248,7 @@ class VaultHTTP:
                         target = _same_origin_redirect(resp, doing, address)
                         if target is None:
                             what = f"{doing}: Vault at {address}"
-                            data = await read_capped(resp, self._max_body, what)
+                            data = await read_capped(resp, self._max_body, what, charge)
                             return Reply(resp.status, data, dict(resp.headers))
                     url = target
                 raise _redirect_error(doing, address, resp.status, "too many redirects")

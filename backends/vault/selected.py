@@ -66,8 +66,14 @@ _NO_LISTING = ("unsupported path", "no handler for route")
 #: (request, what is being done, the metrics operation) -> the reply, or the call's error.
 Call = Callable[[VaultRef, str, str], Awaitable[Reply | BridgeError]]
 #: A read's reply as the secret's value (the whole answer, the data map for extraction), and
-#: the answer parsed.
-ValueOf = Callable[[Reply, str], tuple[SecretValue, dict[str, Any]] | BridgeError]
+#: the answer parsed (without its data map); a large one off the event loop.
+ValueOf = Callable[[Reply, str], Awaitable[tuple[SecretValue, dict[str, Any]] | BridgeError]]
+#: A listing's reply parsed (`Reply.json`); a large one off the event loop.
+Parse = Callable[[Reply, str], Awaitable[dict[str, Any]]]
+
+
+async def _inline(reply: Reply, _doing: str) -> dict[str, Any]:
+    return reply.json()
 
 
 @dataclass(frozen=True)
@@ -127,13 +133,19 @@ class KVSelector:
         self.selections = Selections()
 
     async def read(
-        self, sel: VaultSelection, identity_key: str, call: Call, value_of: ValueOf, who: str
+        self,
+        sel: VaultSelection,
+        identity_key: str,
+        call: Call,
+        value_of: ValueOf,
+        who: str,
+        parse: Parse = _inline,
     ) -> Fetched:
         where = f"the vault selector {sel.path!r}" + (" (recursive)" if sel.recursive else "")
         mount = await self._mount(sel, identity_key, call, who)
         if isinstance(mount, BridgeError):
             return mount
-        found = await _Listing(sel, mount, call, who, where).run()
+        found = await _Listing(sel, mount, call, who, where, parse).run()
         if isinstance(found, _Refused):
             log.info(
                 "listing %s with its metadata is not granted to %s: each of its secrets is read "
@@ -144,7 +156,7 @@ class KVSelector:
             )
             mount = KVMount(mount.path, mount.version, detailed=False)
             self._mounts.put((identity_key, sel.path), (mount, time.monotonic() + MOUNT_TTL), 1)
-            found = await _Listing(sel, mount, call, who, where).run()
+            found = await _Listing(sel, mount, call, who, where, parse).run()
         if isinstance(found, BridgeError | _Refused):
             return found if isinstance(found, BridgeError) else _garbled(where)
         reader = _Reader(mount, call, value_of, who, where)
@@ -207,9 +219,10 @@ class _Listing:
     """One read's listing of a selection, breadth first."""
 
     def __init__(
-        self, sel: VaultSelection, mount: KVMount, call: Call, who: str, where: str
+        self, sel: VaultSelection, mount: KVMount, call: Call, who: str, where: str, parse: Parse
     ) -> None:
         self.sel, self.mount, self.call, self.who, self.where = sel, mount, call, who, where
+        self.parse = parse
         self.page = min(2 * sel.limit + 2, MAX_PAGE)
         self.spare_pages = PAGES_BEYOND + (2 * sel.limit + 2) // MAX_PAGE
         self.secrets: list[_Secret] = []
@@ -291,7 +304,7 @@ class _Listing:
             return status_error(
                 reply, doing, denied=f"grant the role list on {self.mount.listing(under)}*"
             )
-        data = reply.json().get("data")
+        data = (await self.parse(reply, doing)).get("data")
         keys = data.get("keys") if isinstance(data, dict) else None
         if not isinstance(keys, list) or not all(isinstance(k, str) for k in keys):
             return _garbled(doing)
@@ -380,7 +393,7 @@ class _Reader:
             return reply
         if not 200 <= reply.status < 300:
             return status_error(reply, doing, denied=f"grant the role read on {path}")
-        got = self.value_of(reply, doing)
+        got = await self.value_of(reply, doing)
         if isinstance(got, BridgeError):
             return got
         value, payload = got

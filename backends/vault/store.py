@@ -11,9 +11,10 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
+import functools
 import json
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -27,10 +28,13 @@ from backends.vault.objects import VaultRef
 from backends.vault.options import Options
 from backends.vault.selected import KVSelector
 from backends.vault.selectors import VaultSelection
-from provider.core.backend import Backend, BackendEnv, Dialect
+from backends.wire import Charge, dumps_sliced, loads_sliced
+from provider.core.backend import INLINE_PARSE_BYTES, Backend, BackendEnv, Dialect
 from provider.core.errors import BridgeError, NotFound, StoreUnavailable
 from provider.core.identity import pod_scope
+from provider.core.limits import FetchBytes
 from provider.core.model import (
+    DataAt,
     FetchContext,
     Fetched,
     Identity,
@@ -91,13 +95,18 @@ class VaultBackend:
             token = await self._fresh(store, identity, token, ctx)
         names = _object_names(plan)
 
-        async def one(ref: Ref) -> tuple[Fetched]:
+        async def one(ref: Ref, held: FetchBytes) -> tuple[Fetched]:
             # Wrapped in a tuple: a returned per-ref error must not look like a raised one.
             if isinstance(ref, VaultSelection):
-                return (await self._select(store, identity, token, ref, ctx, started),)
-            return (await self._read(store, identity, token, ref, names, ctx, started),)
+                return (await self._select(store, identity, token, ref, ctx, started, held),)
+            return (await self._read(store, identity, token, ref, names, ctx, started, held),)
 
-        outcomes = await asyncio.gather(*(one(ref) for ref in refs), return_exceptions=True)
+        # Every answer is charged to the mount's budget and the bytes in flight as it is read:
+        # a mount over its answer budget is refused when it spends it, not after every read.
+        async with self._env.reads.fetch(identity.key) as held:
+            outcomes = await asyncio.gather(
+                *(one(ref, held) for ref in refs), return_exceptions=True
+            )
         results: dict[Ref, Fetched] = {}
         for ref, outcome in zip(refs, outcomes, strict=True):
             if isinstance(outcome, BaseException):
@@ -136,22 +145,23 @@ class VaultBackend:
         names: Mapping[Ref, str],
         ctx: FetchContext,
         started: float,
+        held: FetchBytes,
     ) -> Fetched:
         doing = (
             f"reading {ref.describe()} for {names.get(ref, 'object')} as {identity.subject} "
             f"(role {store.role!r}, auth/{store.mount})"
         )
-        reply = await self._attempt(store, token, ref, ctx, doing)
+        reply = await self._attempt(store, token, ref, ctx, doing, charge=held.charge)
         # A token logged in during this fetch cannot have been revoked since: its 403 is a
         # policy denial, and logging in again would only double the load of a misconfiguration.
         if isinstance(reply, Reply) and reply.status == 403 and token.obtained < started:
             token = await self._auth.relogin(store, identity, token, ctx)
-            reply = await self._attempt(store, token, ref, ctx, doing)
+            reply = await self._attempt(store, token, ref, ctx, doing, charge=held.charge)
         if isinstance(reply, BridgeError):
             return reply
         if not 200 <= reply.status < 300:
             return _read_error(reply, doing, store, ref)
-        value = _value(reply, doing)
+        value = await self._parsed(identity, reply, doing, ctx)
         if isinstance(value, BridgeError):
             return value
         lifetime = leases.lifetime_of(
@@ -171,24 +181,46 @@ class VaultBackend:
         sel: VaultSelection,
         ctx: FetchContext,
         started: float,
+        budget: FetchBytes,
     ) -> Fetched:
         """A selection's listing and reads, each call as `_read` makes it (one shared re-login
         when a token cached before this fetch is refused)."""
         held = [token]
+        charge = budget.charge
 
         async def call(request: VaultRef, doing: str, operation: str) -> Reply | BridgeError:
             used = held[0]
-            reply = await self._attempt(store, used, request, ctx, doing, operation, quote=True)
+            reply = await self._attempt(
+                store, used, request, ctx, doing, operation, quote=True, charge=charge
+            )
             if isinstance(reply, Reply) and reply.status == 403 and used.obtained < started:
                 if held[0] is used:
                     held[0] = await self._auth.relogin(store, identity, used, ctx)
                 reply = await self._attempt(
-                    store, held[0], request, ctx, doing, operation, quote=True
+                    store, held[0], request, ctx, doing, operation, quote=True, charge=charge
                 )
             return reply
 
+        async def value_of(
+            reply: Reply, doing: str
+        ) -> tuple[SecretValue, dict[str, Any]] | BridgeError:
+            read = await self._parsed(identity, reply, doing, ctx)
+            return read if isinstance(read, BridgeError) else (read.value, read.payload)
+
+        async def parse(reply: Reply, doing: str) -> dict[str, Any]:
+            work = functools.partial(_json_of, reply.body)
+            return await self._env.parsed(identity.key, len(reply.body), work, ctx, doing)
+
         who = f"as {identity.subject} (role {store.role!r}, auth/{store.mount})"
-        return await self.selector.read(sel, identity.key, call, _selected, who)
+        return await self.selector.read(sel, identity.key, call, value_of, who, parse)
+
+    async def _parsed(
+        self, identity: Identity, reply: Reply, doing: str, ctx: FetchContext
+    ) -> _Read | BridgeError:
+        """A read's answer as its value: a large one parsed off the event loop, in the
+        namespace's parse share."""
+        work = functools.partial(_value, reply, doing)
+        return await self._env.parsed(identity.key, len(reply.body), work, ctx, doing)
 
     async def _attempt(
         self,
@@ -200,6 +232,7 @@ class VaultBackend:
         operation: str = "read",
         *,
         quote: bool = False,
+        charge: Charge | None = None,
     ) -> Reply | BridgeError:
         async def call() -> Reply:
             with self._env.metrics.backend_call("vault", operation):
@@ -215,6 +248,7 @@ class VaultBackend:
                     body=ref.body,
                     doing=doing,
                     quote=quote,
+                    charge=charge,
                 )
             if reply.status >= 500 or reply.status in (412, 429):
                 raise status_error(reply, doing, denied="")
@@ -249,16 +283,24 @@ def _read_error(reply: Reply, doing: str, store: VaultStore, ref: VaultRef) -> B
 @dataclass(frozen=True)
 class _Read:
     value: SecretValue
-    #: The parsed answer (its lease fields), for the value's lifetime.
+    #: The parsed answer without its data, but for what a lifetime and a selection's version
+    #: read of it (`_kept`): the data map itself is let go with the parse.
     payload: dict[str, Any] = field(repr=False)
+
+
+#: What of an answer's `data` is kept beside its value: a PKI certificate's end and a KV v2
+#: secret's metadata (its version). The data map itself is parsed again from the content by
+#: the transforms that need it (`DataAt`).
+_KEPT_DATA = ("certificate", "expiration", "metadata")
 
 
 def _value(reply: Reply, doing: str) -> _Read | BridgeError:
     """The whole response as the file (upstream), `data` (or KV v2's `data.data`) for keys."""
     if not reply.body.strip():
         return NotFound(f"{doing}: Vault answered HTTP {reply.status} with no data")
+    large = len(reply.body) > INLINE_PARSE_BYTES  # in a worker thread: see loads_sliced
     try:
-        payload: Any = json.loads(reply.body)
+        payload: Any = loads_sliced(reply.body) if large else json.loads(reply.body)
     except (ValueError, RecursionError):
         payload = None
     if not isinstance(payload, dict):
@@ -273,18 +315,39 @@ def _value(reply: Reply, doing: str) -> _Read | BridgeError:
     # request_id differs on every read; without it, an unchanged secret keeps its version.
     payload.pop("request_id", None)
     # Compact and UTF-8 as Go's json.Marshal writes it (upstream marshals the response).
-    content = json.dumps(payload, separators=(",", ":"), ensure_ascii=False).encode()
+    dump: Callable[[Any], bytes] = dumps_sliced if large else _dumps
+    content = dump(payload)
     data = payload.get("data")
     inner = data.get("data") if isinstance(data, dict) else None
-    value = SecretValue(content=content, data=inner if isinstance(inner, dict) else data or {})
-    return _Read(value, payload)
+    # Transforms parse the data map from the content when they need it, at this path: a
+    # parsed map keeps several times its bytes alive in every cached copy (issue 40, item 2).
+    at = DataAt(("data", "data") if isinstance(inner, dict) else ("data",))
+    value = SecretValue(content=content, data=at)
+    return _Read(value, _kept(payload))
 
 
-def _selected(reply: Reply, doing: str) -> tuple[SecretValue, dict[str, Any]] | BridgeError:
-    """A selected secret's value as a listed object's without secretKey (the whole answer; its
-    data map for extraction), and the answer parsed. A KV secret has no lifetime."""
-    read = _value(reply, doing)
-    return read if isinstance(read, BridgeError) else (read.value, read.payload)
+def _dumps(payload: Any) -> bytes:
+    return json.dumps(payload, separators=(",", ":"), ensure_ascii=False).encode()
+
+
+def _kept(payload: dict[str, Any]) -> dict[str, Any]:
+    """The answer without its data map, but for the data fields lifetimes and versions read."""
+    kept = {k: v for k, v in payload.items() if k != "data"}
+    data = payload.get("data")
+    if isinstance(data, dict):
+        kept["data"] = {k: data[k] for k in _KEPT_DATA if k in data}
+    return kept
+
+
+def _json_of(body: bytes) -> dict[str, Any]:
+    """A listing's answer parsed (`Reply.json`), by Python's decoder when it is large."""
+    if len(body) <= INLINE_PARSE_BYTES:
+        return Reply(200, body).json()
+    try:
+        value = loads_sliced(body) if body else {}
+    except (ValueError, RecursionError):
+        return {}
+    return value if isinstance(value, dict) else {}
 
 
 def _object_names(plan: Plan) -> dict[Ref, str]:

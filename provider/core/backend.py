@@ -24,13 +24,14 @@ from __future__ import annotations
 import asyncio
 import time
 from collections.abc import Awaitable, Callable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Generic, Protocol, TypeVar, runtime_checkable
 
 from provider.core import calls
 from provider.core.caching import ExpiringCache
 from provider.core.calls import Failure
 from provider.core.errors import BridgeError, DeadlineExceeded, StoreSilent, StoreUnavailable
+from provider.core.limits import ReadBytes, WorkShares, namespace_of
 from provider.core.metrics import Metrics
 from provider.core.model import (
     FetchContext,
@@ -59,6 +60,9 @@ CALL_MARGIN = 0.25
 #: timeout of its own (Vault's) cuts first, with a message naming its address; the core's is
 #: the backstop for SDKs without one.
 BACKSTOP_GRACE = 0.1
+#: Store answers up to this size are parsed on the event loop (about a millisecond at most:
+#: handing them to a thread would cost more); larger ones in the namespace's parse share.
+INLINE_PARSE_BYTES = 64 * 1024
 
 
 @dataclass(frozen=True)
@@ -73,6 +77,21 @@ class BackendEnv(Generic[OptionsT]):
     metrics: Metrics
     #: Cache for credentials (tokens, STS credentials) keyed by Identity.key.
     credentials: ExpiringCache[Any]
+    #: The bytes of store answers in flight, one pool for every backend (issue 40, item 1):
+    #: each fetch charges its answers here (`async with env.reads.fetch(identity.key)`).
+    reads: ReadBytes = field(default_factory=ReadBytes.unbounded)
+    #: The namespaces' shares of CPU-bound work off the event loop, shared with class parsing.
+    work: WorkShares = field(default_factory=lambda: WorkShares(1.0, 10.0))
+
+    async def parsed(
+        self, key: str, size: int, work: Callable[[], T], ctx: FetchContext, what: str
+    ) -> T:
+        """`work()` (parsing a store answer of `size` bytes for identity key `key`): inline
+        when small, else in a worker thread within the namespace's share (WorkShares), so a
+        tenant's large answers never hold the loop that every other tenant's mounts need."""
+        if size <= INLINE_PARSE_BYTES:
+            return work()
+        return await self.work.run(namespace_of(key), work, ctx.deadline, what)
 
     async def retry(self, call: Callable[[], Awaitable[T]], ctx: FetchContext) -> T:
         """`call`, with transient failures retried within the retry deadline and each retry

@@ -8,6 +8,9 @@
   answer, so without a share per namespace one tenant's hanging store would hold every slot and
   stall every other namespace's mounts (issue 20); and a namespace with nothing in flight is
   never kept waiting by the others, however many of them hang (issue 32).
+- Bytes of store answers in memory while a fetch reads them (`ReadBytes`, issue 40): one
+  fetch (one mount's reads) at most its answer budget (`--max-response-bytes`), and all fetches
+  together at most `--max-read-bytes`, `--max-read-bytes-per-namespace` of it per namespace.
 - `namespace_of`: the tenant of a cache key. Every identity key ends with the pod scope
   (`provider/core/identity.py::pod_scope`, built from the kubelet's own keys), whose first
   element is the pod's namespace; nothing a pod author writes can change that last element,
@@ -26,8 +29,13 @@ from contextlib import asynccontextmanager
 from typing import TypeVar
 
 from provider.core.errors import InvalidParameters, LimitExceeded
+from provider.core.files import DRIVER_RECV_BYTES
 
 T = TypeVar("T")
+
+#: What a store answer may hold beyond the mount's answer budget: its JSON envelope (Vault's
+#: response around the data), so that an answer the driver could take is read whole.
+ANSWER_SLACK = 64 * 1024
 
 
 def namespace_of(key: Hashable) -> str:
@@ -219,8 +227,9 @@ def parse_rate_limits(text: str, known: list[str]) -> dict[str, float]:
 
 
 class WorkShares:
-    """CPU-bound work for tenants (parsing a class nobody parsed yet), off the event loop and
-    within each tenant's share of it (issue 32, attack 2).
+    """CPU-bound work for tenants (parsing a class nobody parsed yet, a large store answer:
+    `BackendEnv.parsed`), off the event loop and within each tenant's share of it (issue 32,
+    attack 2; issue 40, item 3).
 
     Parsing a class near the size limits is a long stretch of pure Python; on the event loop, a
     few volumes cycling through distinct classes held up every other tenant's cached mounts
@@ -260,7 +269,7 @@ class WorkShares:
                         raise LimitExceeded(
                             f"{what}: namespace {tenant} has used its share of parsing "
                             f"({self._share:g}s per {self._share / self._rate:g}s) on classes "
-                            "not parsed before; mounts of classes already parsed are not "
+                            "not parsed before and large store answers; cached mounts are not "
                             "affected, and this one is retried"
                         )
                     await asyncio.sleep(wait)
@@ -283,3 +292,192 @@ class WorkShares:
         if len(self._used) > 64:
             for tenant in [t for t in self._used if self._owed(t, now) == 0]:
                 del self._used[tenant]
+
+
+class ReadBytes:
+    """The bytes store answers hold while fetches read them, provider-wide (issue 40, item 1).
+
+    Without it, one mount of 100 selected secrets of 4 MB each held them all at once (the reads
+    run in parallel; the answer's size was checked after they all landed), and a few such
+    mounts took the node's provider past its memory limit. Each fetch (`fetch`: one
+    `Backend.fetch`, one mount's reads) is charged every answer before its body is in memory
+    where the wire tells its size (an HTTP Content-Length), else as its chunks arrive, and
+    each answer an SDK returns whole (bounded by its service: stated where it is charged):
+    - a fetch whose charges pass `per_fetch` (its answer budget, --max-response-bytes plus
+      ANSWER_SLACK) is refused at once, and every later charge of it too, so its reads stop;
+    - all fetches together hold at most `total`, one namespace at most `per_namespace` — except
+      that, as with FetchSlots, a namespace with nothing charged always gets its first charge
+      (at most one answer), so one tenant's fetches never starve another's.
+    Charges are given back when the fetch ends (what its values keep alive after that is the
+    value cache's and the mount's to bound). A fetch waits for a charge while holding earlier
+    ones, so when every fetch holding bytes waits, none would ever give any back: the one of
+    the namespace holding most is refused instead (`_unjam`).
+    """
+
+    def __init__(self, total: int, per_namespace: int, per_fetch: int) -> None:
+        self._total = max(1, total)
+        self._per_namespace = max(1, min(per_namespace, self._total))
+        self.per_fetch = max(1, per_fetch)
+        self.in_use = 0
+        self._namespaces: dict[str, int] = {}
+        #: Fetches holding bytes, and the waiting charges (arrival order).
+        self._holders: set[FetchBytes] = set()
+        self._waiters: deque[tuple[FetchBytes, int, asyncio.Future[None]]] = deque()
+
+    @classmethod
+    def unbounded(cls) -> ReadBytes:
+        """For a backend built without a composition root (tools, tests of one store)."""
+        return cls(1 << 62, 1 << 62, 1 << 62)
+
+    @asynccontextmanager
+    async def fetch(self, key: Hashable) -> AsyncIterator[FetchBytes]:
+        """One fetch's budget for the tenant of identity key `key`; on leaving, everything it
+        was charged is given back, and a fetch that went over its budget raises its refusal."""
+        budget = FetchBytes(self, namespace_of(key))
+        try:
+            yield budget
+        finally:
+            budget.close()
+        if budget.refusal is not None:
+            raise budget.refusal.with_traceback(None)
+
+    def _admits(self, namespace: str, size: int) -> bool:
+        mine = self._namespaces.get(namespace, 0)
+        if not mine:
+            return True
+        return mine + size <= self._per_namespace and self.in_use + size <= self._total
+
+    def _grant(self, fetch: FetchBytes, size: int) -> None:
+        self.in_use += size
+        self._namespaces[fetch.namespace] = self._namespaces.get(fetch.namespace, 0) + size
+        fetch.used += size
+        self._holders.add(fetch)
+
+    async def _acquire(self, fetch: FetchBytes, size: int) -> None:
+        if self._admits(fetch.namespace, size):
+            self._grant(fetch, size)
+            return
+        waiter = asyncio.get_running_loop().create_future()
+        entry = (fetch, size, waiter)
+        self._waiters.append(entry)
+        self._unjam()
+        try:
+            await waiter
+        except asyncio.CancelledError:
+            if entry in self._waiters:
+                self._waiters.remove(entry)
+            raise
+        finally:
+            if entry in self._waiters:
+                self._waiters.remove(entry)
+
+    def _release(self, fetch: FetchBytes) -> None:
+        self._holders.discard(fetch)
+        if fetch.used > 0:
+            self.in_use -= fetch.used
+            left = self._namespaces[fetch.namespace] - fetch.used
+            if left:
+                self._namespaces[fetch.namespace] = left
+            else:
+                del self._namespaces[fetch.namespace]  # names come and go: forget it
+            fetch.used = 0
+        self._fail_waiters(fetch)
+        self._wake()
+
+    def _wake(self) -> None:
+        """Admit waiters in arrival order among the admissible (one held back by its
+        namespace's share does not block the others)."""
+        for entry in list(self._waiters):
+            fetch, size, waiter = entry
+            if waiter.done():
+                self._waiters.remove(entry)
+            elif self._admits(fetch.namespace, size):
+                self._waiters.remove(entry)
+                self._grant(fetch, size)
+                waiter.set_result(None)
+        self._unjam()
+
+    def _unjam(self) -> None:
+        """When the fetches holding a namespace's bytes (or every namespace's) all wait for
+        more, none would give any back: the largest of them (of the namespace holding most) is
+        refused, its bytes come back, and the others go on."""
+        waiting = {fetch for fetch, _size, waiter in self._waiters if not waiter.done()}
+        if not waiting:
+            return
+        jammed: set[FetchBytes] = set()
+        if self._holders and self._holders <= waiting:
+            jammed = self._holders
+        else:
+            for namespace in {f.namespace for f in waiting}:
+                mine = {f for f in self._holders if f.namespace == namespace}
+                if mine and mine <= waiting:
+                    jammed = mine
+                    break
+        if not jammed:
+            return
+        worst = max(jammed, key=lambda f: (self._namespaces.get(f.namespace, 0), f.used))
+        worst.refuse(
+            LimitExceeded(
+                f"namespace {worst.namespace}'s mounts hold its share of the bytes of store "
+                f"answers in flight ({self._per_namespace} bytes, --max-read-bytes-per-namespace"
+                f"; {self._total} for every namespace, --max-read-bytes); this mount is retried"
+            )
+        )
+        self._fail_waiters(worst)
+
+    def _fail_waiters(self, fetch: FetchBytes) -> None:
+        for entry in [e for e in self._waiters if e[0] is fetch]:
+            self._waiters.remove(entry)
+            if not entry[2].done():
+                entry[2].set_exception(fetch.refusal or LimitExceeded("the fetch has ended"))
+                entry[2].exception()  # retrieved: the charge raises the fetch's refusal
+
+
+class FetchBytes:
+    """One fetch's charges against its answer budget and the provider's pool (ReadBytes)."""
+
+    def __init__(self, pool: ReadBytes, namespace: str) -> None:
+        self._pool = pool
+        self.namespace = namespace
+        self.used = 0
+        #: Set once the budget is spent: every later charge raises it, and so does the fetch.
+        self.refusal: LimitExceeded | None = None
+        self._closed = False
+
+    async def charge(self, size: int) -> None:
+        """Hold `size` more bytes (waiting for the pool), or raise the fetch's refusal."""
+        if self.refusal is None and self.used + size > self._pool.per_fetch:
+            self.refuse(over_budget(self.used + size, self._pool.per_fetch - ANSWER_SLACK))
+        if self.refusal is not None:
+            raise self.refusal.with_traceback(None)
+        if self._closed or size <= 0:
+            return  # a read left behind by its fetch, or nothing to hold
+        try:
+            await self._pool._acquire(self, size)
+        except LimitExceeded:
+            if self.refusal is not None:
+                raise self.refusal.with_traceback(None) from None
+            raise
+        if self.refusal is not None:  # a sibling read spent the budget meanwhile
+            raise self.refusal.with_traceback(None)
+
+    def refuse(self, error: LimitExceeded) -> None:
+        if self.refusal is None:
+            self.refusal = error
+
+    def close(self) -> None:
+        if not self._closed:
+            self._closed = True
+            self._pool._release(self)
+
+
+def over_budget(read: int, limit: int) -> LimitExceeded:
+    """A mount refused while reading: its store answers already pass its answer budget (the
+    building step's own message for an answer that would be too large, said before it is)."""
+    return LimitExceeded(
+        f"the answer would be over {limit} bytes as sent to the driver (the store's answers "
+        f"read for it reach {read} bytes, so its reads were stopped), over the provider's limit "
+        f"of {limit} (--max-response-bytes); split the class, or raise --max-response-bytes "
+        f"together with the driver's --max-call-recv-msg-size (default {DRIVER_RECV_BYTES}), "
+        "which refuses larger answers (over 1 MiB also breaks sync to a Kubernetes Secret)"
+    )

@@ -11,6 +11,7 @@ store never downcasts what its own dialect produced.
 from __future__ import annotations
 
 import hashlib
+import json
 from collections.abc import Callable, Hashable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Generic, Literal, Protocol, TypeVar, runtime_checkable
@@ -184,7 +185,8 @@ class SecretValue:
     content: bytes = field(repr=False)
     #: The store's own version id (not a content hash), if it has one.
     version: str | None = None
-    #: A structured view for transforms (Vault: the secret's data map), else parsed from content.
+    #: A structured view for transforms, or where it is in the content (`DataAt`), or None:
+    #: the content itself is parsed (provider/mount/transforms.py).
     data: Any = field(default=None, repr=False, compare=False)
     #: For an object that yields several files (Azure version history): file `<name>/<suffix>`.
     suffix: str = ""
@@ -194,6 +196,26 @@ class SecretValue:
     source: Source = field(default="store", compare=False)
     #: Set when the value is a credential with a lifetime (a lease, a certificate).
     lifetime: Lifetime | None = field(default=None, compare=False, repr=False)
+
+    def view(self) -> Any:
+        """The store's structured view: `data`, or the content parsed at `DataAt` (an empty or
+        missing view is an empty map, as Vault's was); None when the store gave none. Raises
+        ValueError (or RecursionError) when the content is not JSON."""
+        if not isinstance(self.data, DataAt):
+            return self.data
+        found: Any = json.loads(self.content)
+        for key in self.data.path:
+            found = found.get(key) if isinstance(found, dict) else None
+        return found or {}
+
+
+@dataclass(frozen=True)
+class DataAt:
+    """`SecretValue.data` kept as where the view is in the content, parsed as JSON (Vault: its
+    data map, `("data", "data")` for KV v2), not as the parsed view: a parsed map keeps several
+    times its bytes alive in every cached copy (issue 40, item 2)."""
+
+    path: tuple[str, ...]
 
 
 @runtime_checkable

@@ -22,7 +22,7 @@ from provider.core.backend import AnyBackend, BackendEnv
 from provider.core.caching import ExpiringCache
 from provider.core.errors import redacted
 from provider.core.kube import KubeClient
-from provider.core.limits import namespace_of
+from provider.core.limits import ANSWER_SLACK, ReadBytes, WorkShares, namespace_of
 from provider.core.metrics import Metrics
 from provider.core.settings import CoreSettings, ServeSettings
 from provider.core.versions import Versioner
@@ -36,7 +36,7 @@ from provider.edge.startup import (
     socket_identity,
 )
 from provider.mount.fetching import Fetcher
-from provider.mount.mounting import Mounter
+from provider.mount.mounting import PARSE_SHARE, PARSE_WINDOW, Mounter
 from provider.mount.planning import RefreshBounds
 
 log = logging.getLogger("secrets_bridge")
@@ -55,6 +55,13 @@ class Backends:
         self._credentials: ExpiringCache[Any] = ExpiringCache(
             on_event=metrics.cache_counter("credentials"), tenant_of=namespace_of
         )
+        # One pool for every backend: the node's memory is one, whichever store a mount reads.
+        self.reads = ReadBytes(
+            core.max_read_bytes,
+            core.max_read_bytes_per_namespace,
+            core.max_response_bytes + ANSWER_SLACK,
+        )
+        self.work = WorkShares(PARSE_SHARE, PARSE_WINDOW)
         self._built: dict[str, AnyBackend] = {}
         self._closers: list[tuple[str, Callable[[], Awaitable[None]]]] = []
 
@@ -78,6 +85,8 @@ class Backends:
                 kube=self._kube,
                 metrics=self._metrics,
                 credentials=self._credentials,
+                reads=self.reads,
+                work=self.work,
             )
             backend = self._built[name] = registry.create(env)
         return backend

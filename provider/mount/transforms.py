@@ -25,7 +25,7 @@ from jmespath.exceptions import JMESPathError, JMESPathTypeError
 
 from provider.core.boundedyaml import MAX_YAML_BYTES, load_yaml_safe
 from provider.core.errors import BridgeError, InvalidParameters, LimitExceeded, NotFound
-from provider.core.model import ObjectSpec, SecretValue, Transforms
+from provider.core.model import DataAt, ObjectSpec, SecretValue, Transforms
 from provider.core.parsing import shown
 from provider.mount import jmes
 
@@ -111,6 +111,8 @@ def _parsed(spec: ObjectSpec[Any], value: SecretValue, parsed: dict[Any, Any]) -
 
 
 def _structured(spec: ObjectSpec[Any], value: SecretValue) -> Any:
+    if isinstance(value.data, DataAt):
+        return _data_at(spec, value)
     if value.data is not None:
         return value.data
     content = value.content
@@ -138,6 +140,19 @@ def _structured(spec: ObjectSpec[Any], value: SecretValue) -> Any:
                     "extracted from it"
                 ) from None
     return _yaml(spec, text)
+
+
+def _data_at(spec: ObjectSpec[Any], value: SecretValue) -> Any:
+    """The store's structured view of a JSON answer (Vault's data map), as its store used to
+    hand it over parsed: the whole answer was parsed when read, so the values limit does not
+    apply (it did not before)."""
+    try:
+        return value.view()
+    except (ValueError, RecursionError):
+        raise InvalidParameters(
+            f"object {spec.name!r}: the secret is not valid JSON, so a key cannot be "
+            "extracted from it"
+        ) from None
 
 
 def _yaml(spec: ObjectSpec[Any], text: str) -> Any:

@@ -64,7 +64,7 @@ async def test_kv2_read_gives_the_whole_response_and_the_data_map(
     # Upstream writes the whole JSON answer; we leave out only the per-request id.
     assert whole["data"]["data"]["password"] == "s3cret"
     assert "request_id" not in whole
-    assert value.data == {"username": "app", "password": "s3cret", "n": 1}
+    assert value.view() == {"username": "app", "password": "s3cret", "n": 1}
     assert value.version is None
 
 
@@ -74,7 +74,7 @@ async def test_kv1_read_data_is_the_secret(
     openbao.kv1_put("kv1", "app/api", {"token": "abc", "data": "not-a-map"})
     plan = jwt_class(openbao, "- {objectName: api, secretPath: kv1/app/api}")
     value = only_value(await read_one(backend, plan, signing_key))
-    assert value.data == {"token": "abc", "data": "not-a-map"}
+    assert value.view() == {"token": "abc", "data": "not-a-map"}
     assert json.loads(value.content)["data"]["token"] == "abc"
 
 
@@ -92,10 +92,10 @@ async def test_versions_and_rotation(
     assert again.content == before.content
     openbao.kv2_put("secret", "app/rotating", {"v": "two"})
     after = only_value(await read_one(backend, plan, signing_key))
-    assert after.data == {"v": "two"}
+    assert after.view() == {"v": "two"}
     assert after.content != before.content
     old = only_value(await read_one(backend, pinned, signing_key))
-    assert old.data == {"v": "one"}
+    assert old.view() == {"v": "one"}
 
 
 async def test_post_with_args_reads_a_dynamic_style_path(
@@ -108,7 +108,7 @@ async def test_post_with_args_reads_a_dynamic_style_path(
         f"secretArgs: {json.dumps(args)}, secretKey: sum}}"
     )
     value = only_value(await read_one(backend, jwt_class(openbao, objects), signing_key))
-    assert value.data["sum"] == hashlib.sha256(text).hexdigest()
+    assert value.view()["sum"] == hashlib.sha256(text).hexdigest()
 
 
 async def test_kubernetes_auth_through_token_review(
@@ -123,7 +123,7 @@ async def test_kubernetes_auth_through_token_review(
     )
     reviews = token_review.reviews
     value = only_value(await read_one(backend, plan, signing_key))
-    assert value.data == {"k": "v"}
+    assert value.view() == {"k": "v"}
     assert token_review.reviews == reviews + 1
 
 
@@ -333,7 +333,7 @@ async def test_openbao_spellings_default_to_the_openbao_audience(
     pod = make_pod(tokens={"openbao": signing_key.pod_token("default", "app", "openbao")})
     identity = await backend.identify(plan, pod)
     value = only_value((await fetch_all(backend, plan, identity))[plan.objects[0].ref])
-    assert value.data == {"k": "bao"}
+    assert value.view() == {"k": "bao"}
 
 
 async def test_sealed_openbao_is_unavailable_and_recovers(

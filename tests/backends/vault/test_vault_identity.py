@@ -48,7 +48,7 @@ async def test_token_request_fallback_mints_the_pod_token(
         identity = await backend.identify(plan, make_pod(tokens={}))
         ref = plan.objects[0].ref
         fetched = (await backend.fetch(plan, identity, [ref], fetch_ctx()))[ref]
-        assert isinstance(fetched, list) and fetched[0].data == {"k": "v"}
+        assert isinstance(fetched, list) and fetched[0].view() == {"k": "v"}
         (request,) = token_requests.requests
         assert request["spec"]["audiences"] == ["vault"]
         assert request["spec"]["boundObjectRef"]["kind"] == "Pod"

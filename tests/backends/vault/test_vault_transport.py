@@ -49,7 +49,7 @@ async def test_ca_file_and_server_name(
     plan = tls_class(
         openbao.tls_addr, vaultCACertPath=str(openbao.ca_file), vaultTLSServerName=TLS_SERVER_NAME
     )
-    assert served(await fetch_one(backend, plan, signing_key)).data == {"k": "over-tls"}
+    assert served(await fetch_one(backend, plan, signing_key)).view() == {"k": "over-tls"}
 
 
 async def test_ca_directory(
@@ -71,14 +71,14 @@ async def test_ca_directory(
     plan = tls_class(
         openbao.tls_addr, vaultCADirectory=str(tmp_path), vaultTLSServerName=TLS_SERVER_NAME
     )
-    assert served(await fetch_one(backend, plan, signing_key)).data == {"k": "over-tls"}
+    assert served(await fetch_one(backend, plan, signing_key)).view() == {"k": "over-tls"}
 
 
 async def test_skip_verify(
     openbao: OpenBao, signing_key: SigningKey, backend: VaultBackend
 ) -> None:
     plan = tls_class(openbao.tls_addr, vaultSkipTLSVerify="true")
-    assert served(await fetch_one(backend, plan, signing_key)).data == {"k": "over-tls"}
+    assert served(await fetch_one(backend, plan, signing_key)).view() == {"k": "over-tls"}
 
 
 @pytest.mark.parametrize(
@@ -114,7 +114,7 @@ async def test_client_certificate(
         vaultTLSClientCertPath=str(openbao.client_cert_file),
         vaultTLSClientKeyPath=str(openbao.client_key_file),
     )
-    assert served(await fetch_one(backend, plan, signing_key)).data == {"k": "over-tls"}
+    assert served(await fetch_one(backend, plan, signing_key)).view() == {"k": "over-tls"}
 
 
 async def test_missing_tls_files_name_the_parameters(
@@ -131,13 +131,13 @@ async def test_namespace_is_sent_on_login_and_reads(
     openbao.kv2_put("secret", "app/tls", {"k": "in-team"}, vault_namespace="team")
     plan = tls_class(openbao.addr, vaultNamespace="team")
     openbao.audit_mark()
-    assert served(await fetch_one(backend, plan, signing_key)).data == {"k": "in-team"}
+    assert served(await fetch_one(backend, plan, signing_key)).view() == {"k": "in-team"}
     counts = openbao.audit_counts()
     assert counts[("update", "team/auth/jwt/login")] == 1
     assert counts[("read", "team/secret/data/app/tls")] == 1
     # The same class without the namespace is another identity reading another secret.
     root_ns = served(await fetch_one(backend, tls_class(openbao.addr), signing_key))
-    assert root_ns.data == {"k": "over-tls"}
+    assert root_ns.view() == {"k": "over-tls"}
 
 
 async def test_unknown_namespace(
