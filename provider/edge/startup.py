@@ -162,7 +162,7 @@ def _directory(path: str) -> str | None:
         raise StartupError(
             f"--socket {path}: {directory} does not exist and cannot be created "
             f"({_reason(exc, os.path.dirname(directory))}); mount the driver's provider directory "
-            "from the node there and run serve as uid 0, as deploy/base/daemonset.yaml does, or "
+            f"from the node there{_as_root_hint()}, as deploy/base/daemonset.yaml does, or "
             "choose another --socket"
         ) from None
     return directory
@@ -189,7 +189,7 @@ def _try_bind(path: str) -> None:
     except OSError as exc:
         directory = os.path.dirname(path)
         if exc.errno in (errno.EACCES, errno.EPERM):
-            fix = "run serve as a user that may write there (the DaemonSet runs it as uid 0), or "
+            fix = _may_not_write_fix()
         elif exc.errno == errno.EROFS:
             fix = "mount a writable directory there (the driver's, from the node), or "
         else:
@@ -209,14 +209,57 @@ def _reason(exc: OSError, directory: str) -> str:
     text = (exc.strerror or str(exc)).lower()
     if exc.errno not in (errno.EACCES, errno.EPERM):
         return text
+    who = f"this process runs as uid {os.geteuid()}{_root_without_override()}"
     try:
         st = os.stat(directory)
     except OSError:
-        return f"{text}; this process runs as uid {os.geteuid()}"
+        return f"{text}; {who}"
     return (
-        f"{text}: it belongs to uid {st.st_uid} with mode {stat.S_IMODE(st.st_mode):o}, and this "
-        f"process runs as uid {os.geteuid()}"
+        f"{text}: it belongs to uid {st.st_uid} with mode {stat.S_IMODE(st.st_mode):o}, and {who}"
     )
+
+
+#: CAP_DAC_OVERRIDE's bit in /proc/self/status CapEff: what lets root write whatever the mode.
+_CAP_DAC_OVERRIDE = 1 << 1
+
+
+def _dac_override() -> bool | None:
+    """Whether this process may write whatever a file's mode says (None: cannot tell)."""
+    if os.geteuid() != 0:
+        return False
+    try:
+        with open("/proc/self/status", encoding="ascii") as fh:
+            for line in fh:
+                if line.startswith("CapEff:"):
+                    return bool(int(line.split()[1], 16) & _CAP_DAC_OVERRIDE)
+    except (OSError, ValueError, IndexError):
+        return None
+    return None
+
+
+def _root_without_override() -> str:
+    # Root without the capability is held to the directory's mode like any other user: saying
+    # "run as uid 0" to it would contradict what it already is.
+    if os.geteuid() == 0 and _dac_override() is False:
+        return " without CAP_DAC_OVERRIDE, so the directory's mode applies to it as to any user"
+    return ""
+
+
+def _may_not_write_fix() -> str:
+    """What to do when the directory refuses this process a socket (EACCES, EPERM)."""
+    if os.geteuid() != 0:
+        return "run serve as a user that may write there (the DaemonSet runs it as uid 0), or "
+    if _dac_override() is False:
+        return "make the directory writable by uid 0 (chown or chmod it on the node), or "
+    # Root that may override modes was refused all the same: not the mode.
+    return (
+        "a security module (SELinux, AppArmor) refuses it: allow the container to write there, or "
+    )
+
+
+def _as_root_hint() -> str:
+    """The mkdir case's fix: `run serve as uid 0`, unless it already is."""
+    return "" if os.geteuid() == 0 else " and run serve as uid 0"
 
 
 async def _take_over(path: str) -> None:

@@ -294,9 +294,15 @@ CASES = [
             f"secrets-bridge serve: --socket {n.tmp}/locked/p.sock: cannot create a socket in "
             f"{n.tmp}/locked (permission denied: it belongs to uid "
             f"{65532 if os.geteuid() == 0 else os.geteuid()} with mode "
-            f"{755 if os.geteuid() == 0 else 555}, and this process runs as uid {os.geteuid()}); "
-            "run serve as a user that may write there (the DaemonSet runs it as uid 0), or "
-            "choose another --socket"
+            f"{755 if os.geteuid() == 0 else 555}, and this process runs as uid {os.geteuid()}"
+            + (
+                " without CAP_DAC_OVERRIDE, so the directory's mode applies to it as to any "
+                "user); make the directory writable by uid 0 (chown or chmod it on the node), or "
+                if os.geteuid() == 0
+                else "); run serve as a user that may write there (the DaemonSet runs it as "
+                "uid 0), or "
+            )
+            + "choose another --socket"
         ),
         unprivileged=True,
     ),
