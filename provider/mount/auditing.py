@@ -15,7 +15,7 @@ the sources differ per mount.
 from __future__ import annotations
 
 import hashlib
-from collections.abc import Hashable, Mapping, Sequence
+from collections.abc import Callable, Hashable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
 
@@ -69,20 +69,23 @@ def served(
             source = sources.get(key) if sources is not None else None
             selected: tuple[str, ...] = ()
             if values is not None and selects(spec):
-                selected = tuple(member(spec.ref, v.suffix) for v in values.get(key, ()))
+                name = naming(spec.ref)
+                selected = tuple(name(v.suffix) for v in values.get(key, ()))
             ref = describe(spec.ref)
             out.append(Served(spec.name, store, ref, source, versions.get(spec.name, ()), selected))
     return tuple(out)
 
 
-def member(ref: object, name: str) -> str:
-    """The store reference of a selected secret: the selector's with `name` for its `*` and
-    what follows it (`KV secret/app/** (5 levels down)`, `a/db`: `KV secret/app/a/db`)."""
+def naming(ref: object) -> Callable[[str], str]:
+    """How a selection names its secrets by their store reference: the selector's reference
+    with the secret's name for its `*` and what follows it (`KV secret/app/** (5 levels
+    down)` and `a/db`: `KV secret/app/a/db`), or the ref's own `member`."""
     if isinstance(ref, Members):
-        return ref.member(name)
+        return ref.member
     text = describe(ref)
     star = text.find("*")
-    return text[:star] + name if star >= 0 else f"{text}: {name}"
+    head = text[:star] if star >= 0 else f"{text}: "
+    return lambda name: head + name
 
 
 def class_digest(params: Mapping[str, str]) -> str:

@@ -125,3 +125,58 @@ async def test_an_identity_openbao_refuses_is_recorded_with_its_code(rig: Rig) -
     assert record["code"] == refused.value.code().name == "PERMISSION_DENIED"
     assert record["serviceaccount"] == "intruder" and record["message"] == refused.value.details()
     assert record["objects"] == [{"object": "pw", "ref": "GET secret/data/audit/db"}]
+
+
+SELECT_POLICY = """
+path "secret/data/sel/*" { capabilities = ["read"] }
+path "secret/metadata/sel/*" { capabilities = ["list"] }
+path "secret/detailed-metadata/sel/*" { capabilities = ["list"] }
+"""
+
+
+async def test_search_finds_the_pods_that_received_a_selected_secret(
+    rig: Rig, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Issue 40 item 8: a selector's secrets are each on record, by their OpenBao path and
+    version, and `audit search --secret` names the pods that received one, and when."""
+    rig.bao.put_policy("sel", SELECT_POLICY)
+    rig.bao.add_jwt_role("jwt", "sel", namespace="e2e", service_account=["app"], policies=["sel"])
+    for name in ("db", "api", "api-old"):
+        rig.bao.kv2_put("secret", f"sel/{name}", {"v": f"e2e-secret-sel-{name}"})
+    chosen = yaml.safe_dump([{"path": "secret/sel", "directory": "sel"}])
+
+    async def poll(pod: str) -> Any:
+        params = {"backend": "vault", "roleName": "sel", "vaultAuthMountPath": "jwt"}
+        request = driver_request(
+            {**params, "select": chosen},
+            tokens={"vault": rig.tokens.pod_token("e2e", "app", "vault")},
+            namespace="e2e",
+            pod=pod,
+        )
+        return await rig.stub.Mount(request, timeout=15)
+
+    await poll("web-0")
+    await poll("web-1")
+    rig.bao.kv2_put("secret", "sel/api", {"v": "e2e-secret-sel-api-2"})
+    await poll("web-0")
+    [entry] = rig.records()[0]["objects"]
+    assert entry["ref"] == "KV secret/sel/*"
+    assert sorted(entry["secrets"]) == [
+        "KV secret/sel/api",
+        "KV secret/sel/api-old",
+        "KV secret/sel/db",
+    ]
+
+    key = str(tmp_path / "hmac.key")
+    capsys.readouterr()
+    code = main(
+        ["audit", "search", str(rig.trail), "--secret", "secret/sel/api", "--hmac-key-file", key]
+    )
+    out, err = capsys.readouterr()
+    assert code == 0, err
+    found = [line.split() for line in out.splitlines()]
+    assert [f[2] for f in found] == ["e2e/web-0", "e2e/web-1", "e2e/web-0"]
+    # The version each was given: the same to both first pods, a new one after the update.
+    versions = [f[f.index("version") + 1] for f in found]
+    assert versions[0] == versions[1] != versions[2]
+    assert all(f[-1].startswith(f"[{rig.trail}:") for f in found)
