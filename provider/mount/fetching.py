@@ -9,6 +9,12 @@ store refuses: the load settles it), the store's refusal at a third of its deadl
 deadline error at its own deadline. A load that ran out of time is not this mount's verdict
 while it has time left: it starts (or joins) a fresh one. The value and stale caches evict by
 namespace share (provider/core/caching.py).
+
+A store's "not found" of an `optional: true` object is an answer like a value: it is reused
+within the same window (it would otherwise be read at every mount while its class's values come
+from the cache), and forgotten when the window ends or a read finds the secret. A required
+object's "not found" is never reused: the pod that started before its secret was created gets it
+at the driver's next try.
 """
 
 from __future__ import annotations
@@ -21,7 +27,7 @@ from types import TracebackType
 
 from provider.core import waiting
 from provider.core.caching import ExpiringCache
-from provider.core.errors import BridgeError, DeadlineExceeded
+from provider.core.errors import BridgeError, DeadlineExceeded, NotFound
 from provider.core.limits import FetchSlots, RateLimiter, namespace_of
 from provider.core.metrics import Metrics
 from provider.core.model import FetchContext, Fetched, SecretValue, Source
@@ -36,6 +42,9 @@ LOAD_BUDGET = 120.0
 RESTART_MIN = 0.5
 #: Fresh loads one caller may start after shared ones ran out of time.
 MAX_ROUNDS = 3
+#: Bytes a held "not found" keeps alive besides its message (the error object, its key and
+#: the cache entry).
+ABSENT_OVERHEAD = 600
 
 
 @dataclass(frozen=True)
@@ -101,6 +110,14 @@ class Fetcher:
             max_bytes=max_bytes,
             size_of=values_size,
             on_event=self._count,
+            tenant_of=namespace_of,
+        )
+        #: "Not found" answers, reused within the reader's window as values are (a few bytes
+        #: each: the store's one-line message).
+        self._absent: ExpiringCache[NotFound] = ExpiringCache(
+            max_entries=max_entries,
+            max_bytes=max_bytes,
+            size_of=lambda error: len(str(error)) + ABSENT_OVERHEAD,
             tenant_of=namespace_of,
         )
         self._stale = LastGood(
@@ -203,6 +220,7 @@ class Fetcher:
                     raised.append(outcome)
                 else:
                     results[ref] = outcome
+                    self._note_absent(read, ref, outcome)
             if not todo:
                 break
         if raised:
@@ -225,7 +243,12 @@ class Fetcher:
         hits = 0
         window = self.window(read.refresh)
         for ref in refs:
-            cached = self._cache.get(read.key(ref), window) if window > 0 else None
+            cached: Fetched | None = None
+            if window > 0:
+                key = read.key(ref)
+                cached = self._cache.get(key, window)
+                if cached is None and len(self._absent) and ref in _optional(read):
+                    cached = self._absent.get(key, window)
             if cached is None:
                 left.append(ref)
                 continue
@@ -236,6 +259,19 @@ class Fetcher:
         if hits:  # counted once per mount, not once per object: this is every cached mount
             self._count_hits(hits, read.refresh)
         return self._loads.join(read, left, ctx, sources, owner) if left else {}
+
+    def _note_absent(self, read: StoreRead, ref: Hashable, outcome: Fetched) -> None:
+        """Keep a "not found" for the longest window a class asks of it; a value read since
+        replaces it."""
+        key = read.key(ref)
+        if isinstance(outcome, NotFound):
+            if ref not in _optional(read):
+                return
+            ttl = max(self._ttl, read.refresh or 0.0)
+            if ttl > 0:
+                self._absent.put(key, outcome, ttl, keep_longer=True)
+        else:  # a value, or a denial the "not found" must not outlive
+            self._absent.invalidate(key)
 
     async def _outcomes(
         self, read: StoreRead, joined: Joined, ctx: FetchContext
@@ -338,6 +374,11 @@ class Fetcher:
         """Cancel the loads still running (shutdown): nobody is left to use their results."""
         await self._lifetimes.close()
         await self._loads.close()
+
+
+def _optional(read: StoreRead) -> set[Hashable]:
+    """The refs of the read's `optional: true` objects (asked only on the uncached path)."""
+    return {spec.ref for spec in read.plan.objects if spec.transforms.optional}
 
 
 def _settle(sources: dict[Hashable, Source], results: Mapping[Hashable, Fetched]) -> None:

@@ -115,6 +115,39 @@ async def test_a_class_reuses_its_values_for_its_refresh_interval(tmp_path: Path
     assert h.fake.reads == {"w": 3}
 
 
+async def test_a_missing_optional_object_is_not_read_again_within_the_window(
+    tmp_path: Path,
+) -> None:
+    # Issue 41, defect 3: the present object came from the cache while the missing one was
+    # read at every mount.
+    h = Harness(tmp_path, cache_ttl=1.5, min_refresh_interval=0.0)
+    h.write({"secrets": {"w": "v"}})
+    for _ in range(5):
+        assert await h.files([WANTED, SPARE]) == {"wanted": b"v"}
+    assert h.fake.reads == {"w": 1, "gone": 1}
+    # A class's refreshInterval holds a "not found" as long as a value.
+    for _ in range(3):
+        assert await h.files([WANTED, SPARE], refreshInterval="60s") == {"wanted": b"v"}
+    assert h.fake.reads == {"w": 1, "gone": 1}
+    # Created meanwhile: written once the window ends, and the "not found" is forgotten.
+    h.write({"secrets": {"w": "v", "gone": "back"}})
+    await asyncio.sleep(1.55)
+    assert await h.files([WANTED, SPARE]) == {"wanted": b"v", "spare": b"back"}
+    assert await h.files([WANTED, SPARE], refreshInterval="60s") == {
+        "wanted": b"v",
+        "spare": b"back",
+    }
+    assert h.fake.reads == {"w": 2, "gone": 2}
+
+
+async def test_without_a_window_a_missing_object_is_read_at_every_mount(tmp_path: Path) -> None:
+    h = Harness(tmp_path)  # --cache-ttl 0, no refreshInterval
+    h.write({"secrets": {"w": "v"}})
+    for _ in range(3):
+        await h.files([WANTED, SPARE])
+    assert h.fake.reads == {"w": 3, "gone": 3}
+
+
 async def test_a_shorter_reuse_never_shortens_a_longer_one(tmp_path: Path) -> None:
     h = Harness(tmp_path, cache_ttl=0.3, min_refresh_interval=0.0)
     h.write({"secrets": {"w": "v1"}})
