@@ -7,6 +7,9 @@ credential works until the earlier of its lease's end and its token's: `Lifetime
 pod's poll finds it due, `renew` extends both as needed — the token with `auth/token/renew-self`
 (the default policy allows it; one call per token however many leases it holds) and the lease
 with `sys/leases/renew` — up to their max TTLs; past those, the mount layer issues a new one.
+A renewal granted less than it asked has hit its max TTL: that end is final (`renewable` is
+then False, so the mount layer replaces the credential at its renewal point measured from its
+issue, before the token that cannot be renewed past its max TTL ends the lease it created).
 A lease-creating read uses a token with at least RENEW_AT of its TTL left (renewed, else a new
 login), so a new credential never starts out bound to a token about to expire. A certificate
 (`pki/issue`: `expiration`, or the certificate's notAfter) has no lease unless the role asks for
@@ -38,6 +41,9 @@ from provider.core.model import FetchContext, Lifetime
 RENEW_AT = 2 / 3
 #: Refs remembered as creating leases (their reads get a fresh token).
 KNOWN_REFS = 10_000
+#: Seconds a renewal may grant under what it asked and still not count as capped by a max TTL
+#: (Vault grants whole seconds).
+CAPPED_SLACK = 1.0
 
 
 @dataclass
@@ -74,11 +80,20 @@ class VaultLease:
     lease_renewable: bool = False
     cert_end: float = math.inf
 
-    def end(self) -> float:
-        ends = [self.lease_end, self.cert_end]
+    def _ends(self) -> list[tuple[float, bool]]:
+        """Each end that binds the value, and whether a renewal can move it."""
+        ends = [(self.lease_end, self.lease_renewable), (self.cert_end, False)]
         if self.lease_id:  # a lease dies with its token; a bare certificate does not
-            ends.append(self.token_life.end)
-        return min(ends)
+            ends.append((self.token_life.end, self.token_life.renewable))
+        return ends
+
+    def end(self) -> float:
+        return min(end for end, _ in self._ends())
+
+    def extendable(self) -> bool:
+        """Whether a renewal can move `end`: every end that binds it can be moved."""
+        end = self.end()
+        return end < math.inf and all(ok for e, ok in self._ends() if e == end)
 
 
 def lifetime_of(
@@ -109,8 +124,9 @@ def lifetime_of(
     why = f"lease_id with lease_duration {ttl:.0f}s"
     if life.ttl:
         why += f", bound to its login token's {life.ttl:.0f}s TTL"
-    renewable = handle.lease_renewable or life.renewable
-    return Lifetime("lease", now, handle.end(), renewable=renewable, handle=handle, why=why)
+    return Lifetime(
+        "lease", now, handle.end(), renewable=handle.extendable(), handle=handle, why=why
+    )
 
 
 def _seconds(value: object) -> float:
@@ -161,9 +177,9 @@ class Leases:
         life = lease.token_life
         if life.renewable and (life.end <= lease.lease_end or life.worn(now)):
             await self.keep_token(lease.store, lease.token, life, ctx)
-        lease_end = lease.lease_end
-        if lease.lease_renewable and (lease_end <= life.end or lease_end - now < lease.ttl / 2):
-            lease_end = await self._renew_lease(lease, ctx)
+        lease_end, lease_renewable = lease.lease_end, lease.lease_renewable
+        if lease_renewable and (lease_end <= life.end or lease_end - now < lease.ttl / 2):
+            lease_end, lease_renewable = await self._renew_lease(lease, ctx)
         handle = VaultLease(
             lease.store,
             lease.token,
@@ -171,12 +187,16 @@ class Leases:
             lease_id=lease.lease_id,
             ttl=lease.ttl,
             lease_end=lease_end,
-            lease_renewable=lease.lease_renewable,
+            lease_renewable=lease_renewable,
             cert_end=lease.cert_end,
         )
-        renewable = handle.lease_renewable or life.renewable
         return Lifetime(
-            "lease", now, handle.end(), renewable=renewable, handle=handle, why=lifetime.why
+            "lease",
+            now,
+            handle.end(),
+            renewable=handle.extendable(),
+            handle=handle,
+            why=lifetime.why,
         )
 
     async def release(self, lifetime: Lifetime, ctx: FetchContext) -> bool:
@@ -215,10 +235,13 @@ class Leases:
         granted = _seconds(auth.get("lease_duration")) if isinstance(auth, dict) else 0.0
         if granted:
             life.end = time.monotonic() + granted
-        else:
-            life.renewable = False  # refused: asking again at every poll would not help
+        # Refused, or capped by the token's max TTL (granted less than asked): its end is final,
+        # and asking again at every poll would not move it.
+        if granted < life.ttl - CAPPED_SLACK:
+            life.renewable = False
 
-    async def _renew_lease(self, lease: VaultLease, ctx: FetchContext) -> float:
+    async def _renew_lease(self, lease: VaultLease, ctx: FetchContext) -> tuple[float, bool]:
+        """The lease's new end, and whether it can be renewed again (not at its max TTL)."""
         body = json.dumps({"lease_id": lease.lease_id, "increment": int(lease.ttl)})
         reply = await self._call(lease.store, lease.token, "sys/leases/renew", body, ctx, "renew")
         if reply.status == 403:
@@ -227,11 +250,13 @@ class Leases:
                 "the role's policies update on sys/leases/renew (Vault's default policy does)"
             )
         if reply.status == 400 or _at_max_ttl(reply):  # revoked, expired, not renewable:
-            return lease.lease_end  # the caller re-issues
+            return lease.lease_end, False  # the caller re-issues
         if not 200 <= reply.status < 300:
             raise status_error(reply, _doing("renewing", lease), denied="")
         duration = _seconds(reply.json().get("lease_duration"))
-        return time.monotonic() + duration if duration else lease.lease_end
+        if not duration:
+            return lease.lease_end, False
+        return time.monotonic() + duration, duration >= lease.ttl - CAPPED_SLACK
 
     async def _call(
         self,

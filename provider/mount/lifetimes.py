@@ -4,13 +4,28 @@ for each pod across its polls.
 The driver re-sends a volume's Mount at every rotation poll (about once a minute). A read there
 would issue a new credential each time: new files (apps restart), a new lease piling up in the
 store. So a value that comes back with a `Lifetime` is the pod's own, held by (pod uid, identity
-key, ref) and answered again at the pod's polls until `renew_at` of its life has passed; then it
-is renewed (`Renewing.renew`: the lease, and the login token that created it) when that leaves it
-at least the life it had left at its renewal point, else issued anew — a certificate and its key
-come from one read, so they are replaced together. The credential replaced is not revoked: the
-pod may use it until it reloads its files, and it ends at its own TTL. A renewal or re-issue that
-fails while the held credential still works answers the held one (the store may be back at the
-next poll), unless the store denied it.
+key, ref) and answered again at the pod's polls until its renewal point; then it is renewed
+(`Renewing.renew`: the lease, and the login token that created it) when that leaves it at least
+the life it had left at its renewal point and outlives the pod's next poll, else issued anew — a
+certificate and its key come from one read, so they are replaced together. A renewal or re-issue
+that fails while the held credential still works answers the held one (the store may be back at
+the next poll), unless the store denied it.
+
+The renewal point (`_point`) of a credential of life L, from its start (its issue or last
+renewal) to its end, is `max(renewAt × L, min(min_renew_interval, renew_at × L))` after its
+start: a class's `renewAt` may ask for sooner than the provider's `renew_at` (2/3), but for at
+most one renewal or re-issue per `min_renew_interval` — unless the credential's own life is
+shorter, when the floor gives way to the provider's renewal point, so that no floor lets a
+credential die under its pod. A credential whose end is final (not renewable: a certificate, a
+lease or a login token at its max TTL) is measured from its issue: it is replaced at `renew_at`
+of its whole life, not of what was left at its last renewal. Whatever the point, a poll that finds
+the credential would end before the pod's next poll (its longest gap seen, a quarter late)
+renews or replaces it then. So a pod polling at least three times per credential life (from
+issue to its final end), and more than once per login token TTL, never holds a dead credential.
+
+A credential replaced by a re-issue is revoked (`Renewing.release`) `replaced_grace` seconds
+later, so that the pod's application can move to the new one and the store's lease table does
+not fill with leases nobody uses; one that ends sooner by itself is left to end.
 
 Never shared: such a value does not enter the value cache or serve-stale (provider/mount/loads.py),
 and once a ref is known to carry a lifetime, each pod reads it alone. The first read of a ref is
@@ -20,17 +35,24 @@ its own.
 A pod that stops polling (the driver tells providers nothing when a pod goes) is let go after
 `idle_after`, or after three of its own poll intervals if that is sooner (never under
 IDLE_FLOOR): its leases are revoked (`Renewing.release`), so the store's lease table does not
-grow with pod churn. The table is bounded in entries and bytes: when full, the namespace holding
-the most (entries, or bytes when the byte bound is the one hit) gives up its least recently
-polled credential, released like an idle one. A provider restart loses the
-table: pods get new credentials at their next poll, and the old leases end at their TTL.
+grow with pod churn. The table is bounded in entries and in the bytes each entry keeps alive:
+its contents, the parsed data kept beside them for transforms, and the entry itself
+(`kept_size`; devkit/probes/held_memory.py measures it). When full, the namespace holding the
+most (entries, or bytes when the byte bound is the one hit) — the incoming entry counted with its
+namespace, a tie going against the inserter — gives up its least recently polled credential,
+released like an idle one: a namespace within its fair share is never evicted by another's
+insert. An entry larger than what every other namespace holds is answered but not held. A
+provider restart loses the table: pods get new credentials at their next poll, and the old
+leases end at their TTL.
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
+import dataclasses
 import logging
+import sys
 import time
 from collections.abc import Awaitable, Callable, Hashable, Sequence
 from dataclasses import dataclass
@@ -48,7 +70,6 @@ from provider.core.model import (
     lifetime_of,
 )
 from provider.mount.reads import StoreRead
-from provider.mount.stale import values_size
 
 log = logging.getLogger("secrets_bridge.lifetimes")
 
@@ -58,6 +79,16 @@ IDLE_FLOOR = 30.0
 RELEASE_TIMEOUT = 10.0
 #: Refs remembered as carrying a lifetime (read per pod from then on).
 KNOWN_REFS = 10_000
+#: Classes already warned about for a clamped `renewAt` (once each).
+WARNED_CLASSES = 10_000
+#: How late a pod's next poll may come, as a multiple of its longest gap seen.
+POLL_SLACK = 1.25
+#: What one entry keeps alive beyond its values: the _Held, its key, the Lifetime and a store's
+#: handle (Vault's: the store, the token's clock), its claim (devkit/probes/held_memory.py).
+ENTRY_OVERHEAD = 2048
+#: Values with more content than this are measured in a thread (walking a parsed answer of a few
+#: megabytes takes tens of milliseconds).
+MEASURE_INLINE = 256 * 1024
 
 #: (pod uid, identity key, ref)
 Key = tuple[str, str, Hashable]
@@ -84,6 +115,8 @@ class Owner:
     renew_at: float | None = None
     #: Refs read for this pod alone (not joined to other pods' reads).
     private: frozenset[Hashable] = frozenset()
+    #: The class's name, for the one warning when its `renewAt` is clamped by the floor.
+    label: str = ""
 
 
 @dataclass
@@ -93,9 +126,11 @@ class _Held:
     backend: AnyBackend
     namespace: str
     polled: float
-    #: The longest gap seen between two of its polls (0 until the second poll).
+    #: The longest gap seen between two of its pod's polls (0 until the second poll).
     interval: float = 0.0
     size: int = 0
+    #: When this credential was issued (its renewals keep it).
+    issued: float = 0.0
 
     def poll(self, now: float) -> None:
         self.interval = max(self.interval, now - self.polled)
@@ -103,6 +138,45 @@ class _Held:
 
     def idle_after(self, limit: float) -> float:
         return min(limit, max(3 * self.interval, IDLE_FLOOR)) if self.interval else limit
+
+    def outlives_next_poll(self, now: float, end: float) -> bool:
+        """Whether a credential ending at `end` still works at the pod's next poll."""
+        return not self.interval or now + POLL_SLACK * self.interval < end
+
+
+def kept_size(values: Sequence[SecretValue]) -> int:
+    """The bytes a held entry of `values` keeps alive: contents, parsed data, the entry."""
+    seen: set[int] = set()
+    total = ENTRY_OVERHEAD
+    for value in values:
+        total += sys.getsizeof(value) + sys.getsizeof(value.content)
+        total += _deep_size(value.data, seen)
+    return total
+
+
+def _deep_size(root: object, seen: set[int]) -> int:
+    """sys.getsizeof over a parsed answer (dicts, lists, scalars), each object once."""
+    total = 0
+    stack = [root]
+    while stack:
+        obj = stack.pop()
+        if obj is None or isinstance(obj, bool) or id(obj) in seen:
+            continue
+        seen.add(id(obj))
+        total += sys.getsizeof(obj)
+        if isinstance(obj, dict):
+            stack.extend(obj.keys())
+            stack.extend(obj.values())
+        elif isinstance(obj, list | tuple):
+            stack.extend(obj)
+    return total
+
+
+async def measured(values: Sequence[SecretValue]) -> int:
+    """`kept_size`, off the loop for a big answer."""
+    if sum(len(v.content) for v in values) <= MEASURE_INLINE:
+        return kept_size(values)
+    return await asyncio.to_thread(kept_size, values)
 
 
 class Lifetimes:
@@ -124,7 +198,7 @@ class Lifetimes:
         self._replaced_grace = replaced_grace
         self._idle_after = idle_after
         self._max_entries = max_entries
-        #: Value bytes in all (a dynamic secret's answer is the tenant's to size).
+        #: Bytes the entries keep alive in all (a dynamic secret's answer is the tenant's to size).
         self._max_bytes = max_bytes
         self._bytes = 0
         self._clock = clock
@@ -133,9 +207,14 @@ class Lifetimes:
         self._claims: dict[int, Key] = {}
         #: (backend, ref) known to carry a lifetime (each counts 1 against the memo's size).
         self._known: Memo[tuple[str, Hashable], bool] = Memo(KNOWN_REFS, KNOWN_REFS)
+        #: (namespace, class, renewAt) warned about once for being clamped by the floor.
+        self._warned: Memo[tuple[str, str, float], bool] = Memo(WARNED_CLASSES, WARNED_CLASSES)
         self._sweeper: asyncio.Task[None] | None = None
-        #: Revocations running (held here so that the loop does not collect them).
+        #: Revocations running or waiting out their grace (held here so that the loop does not
+        #: collect them).
         self._releases: set[asyncio.Task[None]] = set()
+        #: Of those, the replaced credentials waiting out their grace (bounded: max_entries).
+        self._retiring: set[asyncio.Task[None]] = set()
         metrics.credentials_held.set_function(lambda: len(self._held))
 
     def private(self, backend: str, refs: Sequence[Hashable]) -> frozenset[Hashable]:
@@ -167,7 +246,7 @@ class Lifetimes:
             if now >= held.lifetime.end:
                 self._drop(key, "expired")
                 unheld.append(ref)
-            elif held.lifetime.due(now, renew_at):
+            elif self._due(held, now, renew_at, owner):
                 due[ref] = held
             else:
                 self._answer(results, sources, ref, held, "reused")
@@ -187,11 +266,58 @@ class Lifetimes:
                 if not due:
                     raise
                 fetched = {ref: exc for ref in unheld}
+            sizes = {ref: await _size_of(fetched[ref]) for ref in unheld}
             for ref in unheld:
-                self._settle(read, owner, ref, fetched[ref], due, results)
+                self._settle(read, owner, ref, fetched[ref], sizes[ref], due, results)
                 if sources is not None:
                     self._mark(sources, ref, fetched[ref], results[ref])
         return results
+
+    # -- when a credential is due ------------------------------------------------------------
+
+    def _point(self, held: _Held, renew_at: float) -> tuple[float, bool]:
+        """When `held` is due at the earliest (see the module's docstring), and whether the
+        floor moved that later than the class asked."""
+        life = held.lifetime
+        start = life.start if life.renewable else min(held.issued, life.start)
+        span = max(0.0, life.end - start)
+        asked = renew_at * span
+        floored = max(asked, min(self._min_renew_interval, self._renew_at * span))
+        return start + floored, floored > asked
+
+    def _due(self, held: _Held, now: float, renew_at: float, owner: Owner) -> bool:
+        point, clamped = self._point(held, renew_at)
+        if clamped and owner.renew_at is not None:
+            self._warn_clamped(owner, held)
+        return now >= point or not held.outlives_next_poll(now, held.lifetime.end)
+
+    def _warn_clamped(self, owner: Owner, held: _Held) -> None:
+        """Once per class: its `renewAt` asks for renewals more often than the floor allows."""
+        assert owner.renew_at is not None
+        key = (owner.namespace, owner.label, owner.renew_at)
+        if self._warned.get(key):
+            return
+        self._warned.put(key, True, 1)
+        life = held.lifetime.end - held.lifetime.start
+        log.warning(
+            "renewAt is under this provider's floor; credentials are renewed less often",
+            extra={
+                "fields": {
+                    "class": owner.label,
+                    "namespace": owner.namespace,
+                    "renewAt": owner.renew_at,
+                    "backend": held.backend.name,
+                    "why": (
+                        f"renewAt {owner.renew_at:g} of a {life:.0f}s {held.lifetime.kind} asks "
+                        f"for a renewal every {owner.renew_at * life:.3g}s; the floor of "
+                        f"{self._min_renew_interval:g}s (--min-renew-interval) is used, or "
+                        f"{self._renew_at:.3g} of its life when that is sooner"
+                    ),
+                }
+            },
+        )
+
+    # -- reading, renewing -------------------------------------------------------------------
 
     async def _read(
         self,
@@ -204,7 +330,7 @@ class Lifetimes:
     ) -> dict[Hashable, Fetched]:
         """The plain read of `refs`, the known ones for this pod alone; a credential that came
         from a read shared with another pod that holds it already is read again, alone."""
-        mine = Owner(owner.uid, owner.namespace, owner.renew_at, self.private(read.store, refs))
+        mine = dataclasses.replace(owner, private=self.private(read.store, refs))
         fetched = await plain(read, refs, ctx, sources, mine)
         taken = [
             ref
@@ -214,7 +340,7 @@ class Lifetimes:
             and self._claims.get(id(result[0]), (owner.uid,))[0] != owner.uid
         ]
         if taken:
-            alone = Owner(owner.uid, owner.namespace, owner.renew_at, frozenset(taken))
+            alone = dataclasses.replace(owner, private=frozenset(taken))
             fetched.update(await plain(read, taken, ctx, sources, alone))
         return fetched
 
@@ -224,6 +350,7 @@ class Lifetimes:
         owner: Owner,
         ref: Hashable,
         result: Fetched,
+        size: int,
         due: dict[Hashable, _Held],
         results: dict[Hashable, Fetched],
     ) -> None:
@@ -242,11 +369,15 @@ class Lifetimes:
             return
         assert not isinstance(result, BridgeError)
         self._remember(read.store, ref)
-        replaced = key in self._held
-        if replaced:
-            self._drop(key, "replaced")
-        self._put(key, _Held(result, lifetime, read.backend, owner.namespace, self._clock()))
-        self._count(read.store, "reissued" if replaced else "issued")
+        now = self._clock()
+        old = self._drop(key, "replaced")
+        if old is not None:
+            self._retire(old, now)
+        entry = _Held(result, lifetime, read.backend, owner.namespace, now, size=size, issued=now)
+        if old is not None:
+            entry.interval = old.interval  # the pod's poll period, learned on the one replaced
+        self._put(key, entry)
+        self._count(read.store, "reissued" if old is not None else "issued")
         results[ref] = result
 
     def _usable(self, error: BridgeError, held: _Held) -> bool:
@@ -255,11 +386,14 @@ class Lifetimes:
         return error.transient and self._clock() < held.lifetime.end
 
     async def _renew(self, held: _Held, ctx: FetchContext, renew_at: float) -> bool:
-        """Renew `held` in place when that gives it at least the life it had left when due."""
+        """Renew `held` in place when that gives it at least the life it had left when due and
+        it then outlives the pod's next poll; a credential whose end became final is kept only
+        until its renewal point, measured from its issue."""
         old = held.lifetime
         backend = held.backend
         if not old.renewable or not isinstance(backend, Renewing):
             return False
+        left_at_point = old.end - self._point(held, renew_at)[0]
         try:
             new = await backend.renew(old, ctx)
         except BridgeError as exc:
@@ -269,9 +403,16 @@ class Lifetimes:
             )
             self._count(backend.name, "renew_failed")
             return False
-        if new is None or new.end - self._clock() < (1 - renew_at) * (old.end - old.start):
+        if new is None:
             return False
-        held.lifetime = new
+        now = self._clock()
+        held.lifetime = new  # what it is now, should a re-issue fail and it answer again
+        if (
+            new.end - now < left_at_point
+            or not held.outlives_next_poll(now, new.end)
+            or (not new.renewable and now >= self._point(held, renew_at)[0])
+        ):
+            return False
         self._count(backend.name, "renewed")
         return True
 
@@ -300,28 +441,38 @@ class Lifetimes:
     # -- the table ---------------------------------------------------------------------------
 
     def _put(self, key: Key, held: _Held) -> None:
-        held.size = values_size(held.values)
-        while self._held and len(self._held) >= self._max_entries:
-            self._evict(by_bytes=False)
-        while self._held and self._bytes + held.size > self._max_bytes:
-            self._evict(by_bytes=True)
+        while len(self._held) >= self._max_entries:
+            if not self._evict(held.namespace, 1, by_bytes=False):
+                return self._not_held(held)
+        while self._bytes + held.size > self._max_bytes:
+            if not self._evict(held.namespace, held.size, by_bytes=True):
+                return self._not_held(held)
         self._held[key] = held
         self._bytes += held.size
         self._claims[id(held.values[0])] = key
         if self._sweeper is None or self._sweeper.done():
             self._sweeper = asyncio.create_task(self._sweep())
+        return None
 
-    def _evict(self, *, by_bytes: bool) -> None:
-        """The least recently polled credential of the namespace holding the most."""
-        counts: dict[str, int] = {}
+    def _not_held(self, held: _Held) -> None:
+        """An entry the table cannot take without evicting a namespace holding less: answered
+        this once, and revoked after the grace as a replaced one is."""
+        self._count(held.backend.name, "unheld")
+        self._retire(held, self._clock())
+
+    def _evict(self, namespace: str, incoming: int, *, by_bytes: bool) -> bool:
+        """The least recently polled credential of the namespace holding the most, counting
+        the incoming entry with its own namespace (`namespace`) and a tie against it; False
+        when that namespace is the inserter's and it holds nothing yet."""
+        counts: dict[str, int] = {namespace: incoming}
         for held in self._held.values():
             counts[held.namespace] = counts.get(held.namespace, 0) + (held.size if by_bytes else 1)
-        busiest = max(counts, key=lambda n: counts[n])
-        key = min(
-            (k for k, h in self._held.items() if h.namespace == busiest),
-            key=lambda k: self._held[k].polled,
-        )
-        self._let_go(key, "evicted")
+        busiest = max(counts, key=lambda n: (counts[n], n == namespace))
+        mine = [k for k, h in self._held.items() if h.namespace == busiest]
+        if not mine:
+            return False
+        self._let_go(min(mine, key=lambda k: self._held[k].polled), "evicted")
+        return True
 
     def _drop(self, key: Key, why: str) -> _Held | None:
         held = self._held.pop(key, None)
@@ -338,12 +489,35 @@ class Lifetimes:
         if held is None:
             return
         self._count(held.backend.name, why)
-        if held.lifetime.renewable and isinstance(held.backend, Renewing):
-            task = asyncio.create_task(self._release(held.backend, held.lifetime))
-            self._releases.add(task)
-            task.add_done_callback(self._releases.discard)
+        self._revoke_later(held, 0.0)
 
-    async def _release(self, backend: Renewing, lifetime: Lifetime) -> None:
+    def _retire(self, held: _Held, now: float) -> None:
+        """A replaced credential: revoked after the grace, unless it ends sooner by itself."""
+        left = held.lifetime.end - now
+        if left <= self._replaced_grace:
+            return
+        if len(self._retiring) >= self._max_entries:
+            self._revoke_later(held, 0.0)  # bounded: the oldest grace is cut short instead
+            return
+        task = self._revoke_later(held, self._replaced_grace)
+        if task is not None:
+            self._retiring.add(task)
+            task.add_done_callback(self._retiring.discard)
+
+    def _revoke_later(self, held: _Held, delay: float) -> asyncio.Task[None] | None:
+        backend = held.backend
+        if held.lifetime.kind != "lease" or not isinstance(backend, Renewing):
+            return None  # a certificate ends at its notAfter; there is nothing to revoke
+        task = asyncio.create_task(self._release(backend, held.lifetime, delay))
+        self._releases.add(task)
+        task.add_done_callback(self._releases.discard)
+        return task
+
+    async def _release(self, backend: Renewing, lifetime: Lifetime, delay: float) -> None:
+        if delay:
+            await asyncio.sleep(delay)
+            if self._clock() >= lifetime.end:
+                return  # it ended by itself meanwhile
         now = self._clock()
         ctx = FetchContext.within(RELEASE_TIMEOUT, now, retries=False)
         name = getattr(backend, "name", "store")
@@ -351,7 +525,7 @@ class Lifetimes:
             revoked = await backend.release(lifetime, ctx)
         except BridgeError as exc:
             log.info(
-                "an idle pod's lease could not be revoked; it ends at its TTL",
+                "a lease could not be revoked; it ends at its TTL",
                 extra={"fields": {"backend": name, "cause": str(exc)[:300]}},
             )
             revoked = False
@@ -375,7 +549,8 @@ class Lifetimes:
         self._metrics.credential_events.labels(backend, event).inc()
 
     async def close(self) -> None:
-        """Stop sweeping (shutdown). Held leases are not revoked: the pods keep using them."""
+        """Stop sweeping (shutdown). Held leases are not revoked: the pods keep using them, and
+        the replaced ones waiting out their grace end at their TTL."""
         if self._sweeper is not None:
             self._sweeper.cancel()
             with contextlib.suppress(asyncio.CancelledError):
@@ -383,3 +558,10 @@ class Lifetimes:
         for task in list(self._releases):
             task.cancel()
         await asyncio.gather(*self._releases, return_exceptions=True)
+
+
+async def _size_of(fetched: Fetched) -> int:
+    """What holding `fetched` would keep alive (0 for an error or a plain value: not held)."""
+    if isinstance(fetched, BridgeError) or lifetime_of(fetched) is None:
+        return 0
+    return await measured(fetched)

@@ -19,9 +19,9 @@ from backends.fake.options import Options as FakeOptions
 from devkit.testing import Harness, fetch_ctx, make_env, make_pod
 from provider.core.errors import MountFailed
 from provider.core.metrics import Metrics
-from provider.core.model import Pod
+from provider.core.model import Pod, SecretValue
 from provider.mount.fetching import Fetcher
-from provider.mount.lifetimes import Owner
+from provider.mount.lifetimes import Owner, kept_size
 from provider.mount.planning import parse_plan
 from provider.mount.reads import StoreRead
 
@@ -56,7 +56,7 @@ async def poll(harness: Harness, pod: Pod, objects: list[dict[str, Any]] = CREDS
 
 @pytest.fixture
 async def harness(tmp_path: Path):
-    h = Harness(tmp_path)
+    h = Harness(tmp_path, min_renew_interval=0.0)
     h.write(store())
     yield h
     await h.backends.close()
@@ -170,7 +170,11 @@ async def test_the_table_is_bounded_in_bytes_by_namespace_share(tmp_path: Path) 
     big = {"secrets": {"db": "x" * 1000}, "leases": {"db": {"ttl": 30}}}
     store_file.write_text(yaml.safe_dump(big))
     backend = fake_store.create(make_env("fake", FakeOptions(store_file=str(store_file))))
-    fetcher = Fetcher(cache_ttl=0, metrics=Metrics(), max_bytes=3 * 1200)  # three of them
+    # What one of them keeps alive: the fake's answer (its lease id is as long as these).
+    one = kept_size(
+        [SecretValue(json.dumps({"lease_id": "fake/db/1", "data": "x" * 1000}).encode())]
+    )
+    fetcher = Fetcher(cache_ttl=0, metrics=Metrics(), max_bytes=4 * one + 50)  # four of them
     plan = parse_plan(
         {"backend": "fake", "objects": yaml.safe_dump(CREDS)}, options_for=None, enable_fake=True
     ).store
@@ -186,10 +190,10 @@ async def test_the_table_is_bounded_in_bytes_by_namespace_share(tmp_path: Path) 
         assert not isinstance(values, BaseException)
         return str(json.loads(values[0].content)["lease_id"])
 
-    pods = [make_pod("busy", "app", name=f"b-{i}", uid=f"busy-{i}") for i in range(2)]
+    pods = [make_pod("busy", "app", name=f"b-{i}", uid=f"busy-{i}") for i in range(3)]
     pods += [make_pod("quiet", "app", name=f"q-{i}", uid=f"quiet-{i}") for i in range(2)]
-    first = [await held(pod) for pod in pods[:3]]
-    await held(pods[3])  # over the byte bound: busy (two of the three) gives up its oldest
-    assert [await held(pod) for pod in pods[1:3]] == first[1:3]  # still held: the same lease
+    first = [await held(pod) for pod in pods[:4]]
+    await held(pods[4])  # over the byte bound: busy (three of the five) gives up its oldest
+    assert [await held(pod) for pod in pods[1:4]] == first[1:4]  # still held: the same lease
     assert await held(pods[0]) != first[0]  # evicted: a new one
     await fetcher.close()
