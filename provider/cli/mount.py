@@ -13,6 +13,7 @@ import argparse
 import contextlib
 import errno
 import json
+import logging
 import os
 import shutil
 import stat
@@ -23,7 +24,13 @@ import uuid
 from collections.abc import AsyncIterator, Mapping
 from dataclasses import dataclass
 
-import grpc
+# gRPC's C core logs through absl at INFO unless told otherwise, read once as grpc loads: a
+# loaded machine's in-process provider, stopping, sends a GOAWAY the client logs as
+# `I… chttp2_transport.cc… Got goaway` on stderr, a second line beside the command's own.
+# An operator's own GRPC_VERBOSITY (debugging gRPC) wins.
+os.environ.setdefault("GRPC_VERBOSITY", "ERROR")
+
+import grpc  # after GRPC_VERBOSITY, which it reads as it loads
 import yaml
 
 from backends import registry
@@ -349,6 +356,10 @@ async def _provider(args: argparse.Namespace, settings: ServeSettings) -> AsyncI
     from provider.edge.app import build_mounter
     from provider.edge.server import ProviderServicer, build_server
 
+    if settings.log_level != "debug":
+        # The in-process provider's line for this one mount says what the command's own last
+        # line says; `--log-level debug` shows it (and the rest of the provider's log).
+        logging.getLogger("secrets_bridge.server").setLevel(logging.ERROR)
     with tempfile.TemporaryDirectory(prefix="secrets-bridge-") as tmp:
         socket = os.path.join(tmp, "provider.sock")
         metrics = Metrics()

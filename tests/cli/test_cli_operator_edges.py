@@ -4,6 +4,9 @@ stream, no traceback, no repeated or internal noise."""
 from __future__ import annotations
 
 import importlib.util
+import os
+import subprocess
+import sys
 import time
 from pathlib import Path
 from typing import Any
@@ -11,7 +14,7 @@ from typing import Any
 import pytest
 
 from provider.cli.main import main
-from tests.cli.test_cli_check_mount import EXAMPLES, cli, spc
+from tests.cli.test_cli_check_mount import EXAMPLES, ROOT, cli, spc
 
 
 def test_check_names_the_file_once_per_problem(tmp_path: Path) -> None:
@@ -66,6 +69,33 @@ def test_one_shot_mount_prints_no_key_warning_or_grpc_noise(tmp_path: Path) -> N
     assert result.returncode == 0, result.stderr
     assert "hmac-key-file" not in result.stderr
     assert "goaway" not in result.stderr.lower(), result.stderr
+
+
+def test_failed_in_process_mounts_under_load_are_one_line_each(tmp_path: Path) -> None:
+    """Eight failing one-shot mounts at once (a loaded machine: the in-process provider stops
+    while its client still holds the connection, which gRPC's C core logged as `Got goaway`):
+    each says only its own last line, without the provider's JSON line for the same mount."""
+    store = tmp_path / "empty.yaml"
+    store.write_text("secrets: {}\n")
+    argv = [sys.executable, "-m", "provider.cli.main", "mount", str(EXAMPLES / "fake-spc.yaml")]
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("SECRETS_BRIDGE_", "GRPC_"))}
+    runs = [
+        subprocess.Popen(
+            [*argv, "--target", str(tmp_path / f"v{i}"), "--enable-fake-backend",
+             "--fake-store-file", str(store)],
+            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=ROOT, env=env,
+        )
+        for i in range(8)
+    ]  # fmt: skip
+    for run in runs:
+        out, err = run.communicate(timeout=120)
+        assert run.returncode == 1 and out == ""
+        assert err.splitlines() == [
+            "secrets-bridge mount: mount failed: NOT_FOUND: 4 objects failed: object "
+            "'db.json': fake store: no secret at 'db-creds'; object 'db-password': fake store: "
+            "no secret at 'db-creds'; object 'api-key': fake store: no secret at 'api-key'; "
+            "object 'tls.crt': fake store: no secret at 'tls-cert-b64' (fake, default/default)"
+        ]
 
 
 def test_bench_plot_without_matplotlib_stops_before_the_run(
