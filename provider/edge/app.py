@@ -106,11 +106,15 @@ def load_versioner(path: str | None, *, warn: bool = True) -> Versioner:
         return Versioner.from_file(path)
     if not warn:
         return Versioner.random()
-    log.warning(
-        "no --hmac-key-file: object versions use a random per-process key and change on "
-        "restart, so every pod's files look rotated after a provider restart"
-    )
+    log.warning(RANDOM_KEY_WARNING)
     return Versioner.random()
+
+
+#: Said once `serve` has started (a refused start says one line, its reason), or by `mount`.
+RANDOM_KEY_WARNING = (
+    "no --hmac-key-file: object versions use a random per-process key and change on "
+    "restart, so every pod's files look rotated after a provider restart"
+)
 
 
 def build_mounter(
@@ -176,7 +180,8 @@ async def serve(
             _on_exit(
                 stack, f"the {sig.name} handler", functools.partial(loop.remove_signal_handler, sig)
             )
-        mounter, backends = build_mounter(settings, metrics)
+        # The random key's warning waits until serve has started: a refused start is one line.
+        mounter, backends = build_mounter(settings, metrics, warn_random_key=False)
         stack.push_async_callback(backends.close)  # logs each part that fails to close
         audit = open_audit(settings, metrics, mounter)
         if audit is not None:
@@ -207,6 +212,8 @@ async def serve(
         # frozen").
         gc.collect()
         gc.freeze()
+        if not settings.hmac_key_file:
+            log.warning(RANDOM_KEY_WARNING)
         log.info(
             "serving",
             extra={
