@@ -52,10 +52,18 @@ class SigningKey:
         audience: str = "vault",
         *,
         lifetime: int = DEFAULT_LIFETIME,
-        pod: str = "app-0",
+        pod: str | None = None,
     ) -> str:
-        """A projected service-account token for `audience`, as the kubelet would mint it."""
+        """A service-account token for `audience`: bound to `pod` (uid `uid-<pod>`, as
+        devkit.testing's requests name it) as the kubelet's projected tokens are, or, without
+        `pod`, to none, as `kubectl create token` and the sync controller mint them."""
         now = int(time.time())
+        kubernetes: dict[str, Any] = {
+            "namespace": namespace,
+            "serviceaccount": {"name": service_account, "uid": f"uid-{service_account}"},
+        }
+        if pod is not None:
+            kubernetes["pod"] = {"name": pod, "uid": f"uid-{pod}"}
         claims = {
             "iss": self.issuer,
             "sub": f"system:serviceaccount:{namespace}:{service_account}",
@@ -63,11 +71,7 @@ class SigningKey:
             "iat": now,
             "nbf": now,
             "exp": now + lifetime,
-            "kubernetes.io": {
-                "namespace": namespace,
-                "serviceaccount": {"name": service_account, "uid": f"uid-{service_account}"},
-                "pod": {"name": pod, "uid": f"uid-{pod}"},
-            },
+            "kubernetes.io": kubernetes,
         }
         return jwt.encode(claims, self.private, algorithm="RS256")
 

@@ -32,6 +32,7 @@ from typing import Any
 from provider.core.errors import InvalidParameters
 from provider.core.model import Pod, PodToken
 from provider.core.parsing import shown
+from provider.core.podtokens import check_bound
 from provider.mount.mounting import MountInput
 
 POD_NAME = "csi.storage.k8s.io/pod.name"
@@ -51,7 +52,8 @@ def parse_request(attributes: str, secrets: str, permission: str, target_path: s
         )
     params: dict[str, str] = attrs  # our own fresh dict: no copy
     publish = _secrets(secrets)
-    raw_tokens = params.get(TOKENS) or publish.pop(TOKENS, "")
+    from_secret = publish.pop(TOKENS, "")  # never kept as a credential of the Secret
+    raw_tokens = params.get(TOKENS) or from_secret
     missing = [k for k in (POD_NAMESPACE, SERVICE_ACCOUNT) if not params.get(k)]
     if missing:
         raise InvalidParameters(
@@ -66,6 +68,8 @@ def parse_request(attributes: str, secrets: str, permission: str, target_path: s
         tokens=_tokens(raw_tokens),
         node_publish_secret=publish,
     )
+    # Only the kubelet's pod keys are trustworthy; tokens may be a tenant's parameter.
+    check_bound(pod, TOKENS if params.get(TOKENS) else f"secrets: {TOKENS}")
     params.pop(TOKENS, None)
     return MountInput(
         params=params, pod=pod, permission=_permission(permission), target_path=target_path
