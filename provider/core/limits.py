@@ -21,10 +21,12 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import contextvars
+import sys
 import time
 from collections import deque
-from collections.abc import AsyncIterator, Callable, Hashable
+from collections.abc import AsyncIterator, Callable, Hashable, Iterator
 from contextlib import asynccontextmanager
 from typing import TypeVar
 
@@ -226,6 +228,22 @@ def parse_rate_limits(text: str, known: list[str]) -> dict[str, float]:
     return limits
 
 
+#: The GIL switch interval while a worker runs: the loop gets the GIL back within this when it
+#: wakes (every wake of the loop waits for the worker to let go of it: at the default 5 ms, a
+#: cached mount's dozen wakes added ~100 ms behind a worker; measured in BENCHMARKS.md).
+WORKER_SWITCH_INTERVAL = 0.0005
+
+
+@contextlib.contextmanager
+def _short_switches() -> Iterator[None]:
+    before = sys.getswitchinterval()
+    sys.setswitchinterval(min(before, WORKER_SWITCH_INTERVAL))
+    try:
+        yield
+    finally:
+        sys.setswitchinterval(before)
+
+
 class WorkShares:
     """CPU-bound work for tenants (parsing a class nobody parsed yet, a large store answer:
     `BackendEnv.parsed`), off the event loop and within each tenant's share of it (issue 32,
@@ -276,7 +294,8 @@ class WorkShares:
                 async with self._worker:
                     started = self._clock()
                     try:
-                        return await asyncio.to_thread(work)
+                        with _short_switches():
+                            return await asyncio.to_thread(work)
                     finally:
                         now = self._clock()
                         self._used[tenant] = (self._owed(tenant, now) + now - started, now)
