@@ -17,6 +17,8 @@ from dataclasses import dataclass, field
 
 MAX_PATH_BYTES = 4096
 MAX_ELEMENT_BYTES = 255
+#: Characters of a path too long for the driver that its message shows.
+SHOWN = 160
 #: The driver's gRPC receive limit for a MountResponse unless its `--max-call-recv-msg-size`
 #: says otherwise (gRPC-Go's default, 4 MiB); `--max-response-bytes` must not exceed it.
 DRIVER_RECV_BYTES = 4 * 1024 * 1024
@@ -48,17 +50,29 @@ def path_problem(path: str) -> str | None:
     except UnicodeEncodeError:  # a lone surrogate (\ud800) from the attributes' JSON
         return "the file path is not valid UTF-8 (it holds a lone surrogate)"
     if len(path.encode()) > MAX_PATH_BYTES:
-        return f"the file path is longer than {MAX_PATH_BYTES} bytes"
+        return f"the file path {shown_path(path)} is longer than {MAX_PATH_BYTES} bytes"
     elements = path.split("/")
     if any(e == ".." for e in elements):
         return f"the file path {path!r} contains a '..' element"
     if elements[0].startswith(".."):
         return f"the file path {path!r} starts with '..', which the driver reserves (..data)"
-    if any(len(e.encode()) > MAX_ELEMENT_BYTES for e in elements):
-        return f"a part of the file path is longer than {MAX_ELEMENT_BYTES} bytes"
+    longest = max(len(e.encode()) for e in elements)
+    if longest > MAX_ELEMENT_BYTES:
+        return (
+            f"a part of the file path {shown_path(path)} is longer than {MAX_ELEMENT_BYTES} bytes "
+            f"({longest})"
+        )
     if path == "." or posixpath.normpath(path) != path:
         return f"the file path {path!r} is not in clean form (no './', '//' or trailing '/')"
     return None
+
+
+def shown_path(path: str) -> str:
+    """`path` quoted, its middle left out past SHOWN characters: enough of its start and end to
+    find the object or secret, within one line."""
+    if len(path) <= SHOWN:
+        return repr(path)
+    return repr(path[: SHOWN - 40] + "…" + path[-40:])
 
 
 def overlap_problems(paths: Sequence[str], origins: Sequence[str] | None = None) -> list[str]:

@@ -28,6 +28,7 @@ from provider.core.files import (
     ObjectVersion,
     overlap_problems,
     path_problem,
+    shown_path,
     wire_size,
 )
 from provider.core.model import ObjectSpec, SecretValue
@@ -63,7 +64,7 @@ class Builder:
                     try:
                         self._object_files(spec, values[key], self._max_bytes, "", parsed)
                     except BridgeError as exc:
-                        failures.append((spec.name, exc))
+                        failures.append((failed_as(spec), exc))
         return failures
 
     def build(
@@ -96,7 +97,7 @@ class Builder:
             try:
                 built = self._object_files(spec, values[key], left, scope, parsed)
             except BridgeError as exc:
-                failures.append((spec.name, exc))
+                failures.append((failed_as(spec), exc))
                 continue
             per_object.append((spec.name, tuple(b[3] for b in built)))
             for path, content, version_id, version in built:
@@ -172,7 +173,7 @@ class Builder:
                 limit -= len(content) + len(path)
                 problem = path_problem(path)
                 if problem:
-                    raise InvalidParameters(f"{spec.field or 'object'}: {problem}")
+                    raise InvalidParameters(_path_refused(spec, value, problem))
                 # Ids as the store's upstream provider reports them (docs/compatibility.md);
                 # a file of `explode` is named by its path.
                 version_id = (value.version_id or spec.version_id or path) if not sub else path
@@ -214,6 +215,22 @@ class Builder:
                 f"{DRIVER_RECV_BYTES}), which refuses larger answers "
                 "(over 1 MiB also breaks sync to a Kubernetes Secret)"
             )
+
+
+def failed_as(spec: ObjectSpec[Any]) -> str:
+    """What a failure is listed under: the object's name, or a selector's field (`select[0]`:
+    its name is its directory, empty at the volume's root)."""
+    return spec.field if selects(spec) else spec.name
+
+
+def _path_refused(spec: ObjectSpec[Any], value: SecretValue, problem: str) -> str:
+    """A file path the driver would refuse, named with what made it and how to fix it."""
+    if selects(spec):
+        return (
+            f"{spec.field}: the selected secret {shown_path(value.suffix)}: {problem}; rename the "
+            "secret, or narrow the selector so it does not match it"
+        )
+    return f"{spec.field or 'object'}: {problem}"
 
 
 def _count(n: int, noun: str) -> str:

@@ -41,3 +41,13 @@ def test_overlaps() -> None:
     assert overlap_problems(["a", "b/c"]) == []
     assert overlap_problems(["a", "a"]) == ["two files would be written to 'a'"]
     assert overlap_problems(["a", "a/b"]) == ["'a' is a file but 'a/b' needs it to be a directory"]
+
+
+def test_a_part_too_long_names_the_path_start_and_end_in_one_line() -> None:
+    # Issue 41 item 11: the message names what made the path (a selected secret's name).
+    problem = path_problem("d/" + "n" * 300 + "-tail")
+    assert problem is not None and "(305)" in problem
+    assert "'d/nnn" in problem and "nnn-tail'" in problem and len(problem) < 250
+    long_path = "/".join(["d" * 200] * 21)
+    whole = path_problem(long_path)
+    assert whole is not None and "'dddd" in whole and len(whole) < 250

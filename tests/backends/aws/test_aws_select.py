@@ -312,3 +312,22 @@ async def test_expired_credentials_log_in_again_and_a_denied_listing_says_what_t
     with pytest.raises(MountFailed, match=r"denied .*allow secretsmanager:ListSecrets") as info:
         await files(mounter, chosen)
     assert isinstance(info.value.failures[0][1], PermissionDenied)
+
+
+@pytest.mark.parametrize("directory", [None, "d"])
+async def test_a_secret_name_too_long_for_a_file_names_the_selector_and_the_secret(
+    make_core: Core, moto: MotoServer, proxy: CountingProxy, directory: str | None
+) -> None:
+    """Issue 41 item 11: a 305-character name under the prefix (AWS allows 512)."""
+    head = f"{directory or 'root'}-"
+    relative = head + "n" * (300 - len(head) - 5) + "-tail"  # 305 characters with "long/"
+    seed(moto, {f"long/{relative}": "v"}, {})
+    selector = {"namePrefix": "long/"} | ({"directory": directory} if directory else {})
+    with pytest.raises(MountFailed) as info:
+        await files(make_core(), params(selector))
+    message = str(info.value)
+    assert "object ''" not in message
+    assert f"select[0]: the selected secret '{directory or 'root'}-nnn" in message
+    assert "nnn-tail'" in message and "longer than 255 bytes (300)" in message
+    assert "rename the secret, or narrow the selector" in message
+    assert "\n" not in message and len(message) < 600
