@@ -79,6 +79,9 @@ REF_BYTES = 512
 LINE_BYTES = 16 * 1024
 #: What a line adds around its fields: type, time, seq, event, parts and the MAC (≤ 200 bytes).
 _FRAME_BYTES = 256
+#: At most what a record's fields but its objects take (six names of NAME_BYTES, a store of
+#: REF_BYTES, the code and counts).
+_HEAD_BYTES = 6 * (NAME_BYTES + 20) + REF_BYTES + 20 + 200
 #: The list members of an object entry that a long record cuts into slices.
 _SLICED = ("secrets", "version")
 #: A refusal records the first objects its class asked for (and `object_count`), ...
@@ -444,17 +447,16 @@ class AuditTrail:
 
     def _record(self, event: str, fields: dict[str, Any], *, at: float) -> bool:
         """Write a record in one line, or, when that line would pass LINE_BYTES, in parts
-        (False when any line could not be written)."""
-        try:
-            return self._try(event, fields, at=at, long=False)
-        except _TooLong:
-            pass
-        for part, (name, line) in enumerate(_parts(event, fields)):
-            if not self._try(name, line, at=at):
-                log.error(
-                    "the audit record was written only in part",
-                    extra={"fields": {"parts_written": part}},
-                )
+        (False when any line could not be written). Each object is encoded once."""
+        objects = fields.pop("objects", [])
+        encoded = [_ENCODE(entry) for entry in objects]
+        for part, (name, line, raw) in enumerate(_parts(event, fields, objects, encoded)):
+            if not self._try(name, line, at=at, objects=raw):
+                if part:
+                    log.error(
+                        "the audit record was written only in part",
+                        extra={"fields": {"parts_written": part}},
+                    )
                 return False
         return True
 
@@ -465,15 +467,14 @@ class AuditTrail:
         *,
         header: bool = False,
         at: float | None = None,
-        long: bool = True,
+        objects: list[str] | None = None,
     ) -> bool:
-        """Write one line (with the start line a reopen owes first); `long=False` raises
-        _TooLong, writing nothing, for a line past LINE_BYTES."""
+        """Write one line (with the start line a reopen owes first)."""
         try:
             if self._header_due and not header:
                 self._write("start", {"type": auditchain.START, "reason": "reopen"}, header=True)
                 self._header_due = False
-            self._write(event, fields, header=header, at=at, long=long)
+            self._write(event, fields, header=header, at=at, objects=objects)
         except OSError:
             return False
         return True
@@ -485,11 +486,11 @@ class AuditTrail:
         *,
         header: bool = False,
         at: float | None = None,
-        long: bool = True,
+        objects: list[str] | None = None,
     ) -> None:
-        """Seal and write one line, stamped `at` (now by default); OSError (any failure of the
-        sink) is counted and logged; _TooLong (nothing written) when not `long` and the line
-        would pass LINE_BYTES."""
+        """Seal and write one line, stamped `at` (now by default), ending with `objects`
+        (entries already encoded) when given; OSError (any failure of the sink) is counted
+        and logged."""
         now = _time(self._clock() if at is None else at)
         seq = 0 if fields.get("reason") == "start" else self._seq
         head: dict[str, Any] = {"type": fields["type"], "time": now, "seq": seq}
@@ -497,10 +498,10 @@ class AuditTrail:
             head.update(previous=self._previous, pid=os.getpid(), version=__version__)
         else:
             head["event"] = event
-        body = {**head, **{k: v for k, v in fields.items() if k != "type"}}
-        line, mac = auditchain.seal(self._key, self._previous, body)
-        if not long and len(line) >= LINE_BYTES:
-            raise _TooLong
+        body = _ENCODE({**head, **{k: v for k, v in fields.items() if k != "type"}})
+        if objects is not None:
+            body = f'{body[:-1]},"objects":[{",".join(objects)}]}}'
+        line, mac = auditchain.seal_text(self._key, self._previous, body)
         try:
             self._sink.write(line.encode("ascii") + b"\n")
         except Exception as exc:
@@ -514,46 +515,53 @@ class AuditTrail:
         self._metrics.audit_records.labels(event).inc()
 
 
-class _TooLong(Exception):
-    """A record's one line would pass LINE_BYTES: it is written in parts."""
+#: Compact ASCII JSON, as every line is written (one encoder, built once).
+_ENCODE = json.JSONEncoder(separators=(",", ":"), ensure_ascii=True, default=str).encode
+#: The fields each part of a record repeats: who and which class.
+_ABOUT = ("type", "namespace", "pod", "pod_uid", "serviceaccount", "class", "backend")
+#: One part's fields and its objects, encoded.
+_Part = tuple[str, dict[str, Any], list[str]]
 
 
-def _parts(event: str, fields: dict[str, Any]) -> list[tuple[str, dict[str, Any]]]:
-    """A record as lines of at most LINE_BYTES: the first carries every field but `objects`
-    and `"parts": N`; each other, `"event":"continued"`, the pod and class again and `"part"`;
-    the objects (a long one in slices) go into them in order, as many as fit."""
-    objects = fields.get("objects", [])
-    first = {k: v for k, v in fields.items() if k != "objects"}
+def _parts(
+    event: str, fields: dict[str, Any], objects: list[dict[str, Any]], encoded: list[str]
+) -> list[_Part]:
+    """A record as lines of at most LINE_BYTES: one when it fits; else the first carries every
+    field and `"parts": N`, each other `"event":"continued"`, the pod and class again and
+    `"part"`; the objects (a long one in slices) go into them in order, as many as fit."""
+    room = LINE_BYTES - _FRAME_BYTES - len(',"objects":[]')
+    total = sum(len(text) + 1 for text in encoded)
+    if total <= room - _HEAD_BYTES:  # the usual record: no need to measure the rest
+        return [(event, fields, encoded)]
+    head = len(_ENCODE(fields))
+    if head + total <= room:
+        return [(event, fields, encoded)]
     about = {k: fields[k] for k in _ABOUT if k in fields}
-    # Room for objects in either kind of line (the part numbers and `[]` reserved too).
-    room = LINE_BYTES - _FRAME_BYTES - max(_size(first), _size(about)) - len(',"objects":[]')
-    lines: list[list[dict[str, Any]]] = [[]]
+    room -= max(head, len(_ENCODE(about)))
+    pieces: list[str] = []
+    for entry, text in zip(objects, encoded, strict=True):
+        fits = len(text) <= room
+        pieces.extend([text] if fits else [_ENCODE(p) for p in _pieces(entry, room)])
+    lines: list[list[str]] = [[]]
     used = 0
-    for piece in (p for entry in objects for p in _pieces(entry, room)):
-        size = _size(piece) + 1
-        if lines[-1] and used + size > room:
+    for text in pieces:
+        if lines[-1] and used + len(text) + 1 > room:
             lines.append([])
             used = 0
-        lines[-1].append(piece)
-        used += size
+        lines[-1].append(text)
+        used += len(text) + 1
     parts = len(lines)
-    out = [(event, {**first, "parts": parts, "objects": lines[0]})]
-    for number, pieces in enumerate(lines[1:], 2):
-        out.append(("continued", {**about, "part": number, "parts": parts, "objects": pieces}))
+    out: list[_Part] = [(event, {**fields, "parts": parts}, lines[0])]
+    for number, chunk in enumerate(lines[1:], 2):
+        out.append(("continued", {**about, "part": number, "parts": parts}, chunk))
     return out
 
 
-#: The fields each part of a record repeats: who and which class.
-_ABOUT = ("type", "namespace", "pod", "pod_uid", "serviceaccount", "class", "backend")
-
-
 def _pieces(entry: dict[str, Any], room: int) -> list[dict[str, Any]]:
-    """An object's entry in pieces of at most `room` bytes: its long lists (`secrets`, and
-    `version` when the object yielded several files) in slices, each with the object's other
-    fields and `"at"`, the index of its first member. Aligned lists (a secret's file and its
-    version) are sliced together."""
-    if _size(entry) <= room:
-        return [entry]
+    """An object's entry too long for a line, in pieces of at most `room` bytes: its long lists
+    (`secrets`, and `version` when the object yielded several files) in slices, each with the
+    object's other fields and `"at"`, the index of its first member. Aligned lists (a secret
+    and its file's version) are sliced together."""
     base = {k: v for k, v in entry.items() if k not in _SLICED}
     secrets: list[str] = entry.get("secrets", [])
     version = entry.get("version", [])
@@ -570,11 +578,11 @@ def _slices(base: dict[str, Any], columns: dict[str, list[str]], room: int) -> l
     """Rows of equal-length `columns`, cut into pieces of `base` plus a slice of each and
     `"at"`, each at most `room` bytes (a piece holds at least one row)."""
     rows = len(next(iter(columns.values())))
-    empty = _size({**base, "at": rows, **{name: [] for name in columns}})
+    empty = len(_ENCODE({**base, "at": rows, **{name: [] for name in columns}}))
     out: list[dict[str, Any]] = []
     start, used = 0, empty
     for row in range(rows + 1):
-        size = sum(_size(column[row]) + 1 for column in columns.values()) if row < rows else 0
+        size = sum(_text_bytes(column[row]) + 1 for column in columns.values()) if row < rows else 0
         if row == rows or (row > start and used + size > room):
             piece = {**base, "at": start}
             piece.update({name: column[start:row] for name, column in columns.items()})
@@ -584,9 +592,11 @@ def _slices(base: dict[str, Any], columns: dict[str, list[str]], room: int) -> l
     return out
 
 
-def _size(value: object) -> int:
-    """Bytes as a line writes `value` (compact JSON, ASCII)."""
-    return len(json.dumps(value, separators=(",", ":"), ensure_ascii=True, default=str))
+def _text_bytes(text: str) -> int:
+    """Bytes of `text` as a JSON string, quotes included."""
+    if text.isascii() and text.isprintable() and '"' not in text and "\\" not in text:
+        return len(text) + 2
+    return len(_ENCODE(text))
 
 
 def _time(seconds: float) -> str:

@@ -68,6 +68,11 @@ def mac_of(key: bytes, previous: str, body: str) -> str:
 def seal(key: bytes, previous: str, fields: dict[str, Any]) -> tuple[str, str]:
     """(the line, without its newline; its mac)."""
     body = json.dumps(fields, separators=(",", ":"), ensure_ascii=True, default=str)
+    return seal_text(key, previous, body)
+
+
+def seal_text(key: bytes, previous: str, body: str) -> tuple[str, str]:
+    """`seal` of fields already encoded as one compact ASCII JSON object."""
     mac = mac_of(key, previous, body)
     return f'{body[:-1]},"mac":"{mac}"}}', mac
 
