@@ -40,8 +40,9 @@ class Options:
     sts_endpoint: str | None = field(
         default=None,
         metadata={
-            "help": "STS endpoint for AssumeRoleWithWebIdentity and assumeRoleArn's AssumeRole "
-            "(default: regional STS)"
+            "help": "STS endpoint of every STS call: the aws store's AssumeRoleWithWebIdentity "
+            "and assumeRoleArn's AssumeRole, and Vault's vaultAuthType aws login (default: "
+            "regional STS, or AWS_ENDPOINT_URL_STS)"
         },
     )
     pod_identity_endpoint: str | None = field(

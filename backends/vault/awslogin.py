@@ -125,8 +125,11 @@ class AwsSigner:
             read_timeout=_TIMEOUT,
         )
         with self._env.metrics.backend_call("vault", "AssumeRoleWithWebIdentity"), _sdk(what, hint):
-            # AWS_ENDPOINT_URL_STS applies, as to every botocore client.
-            async with self._session.create_client("sts", aws.region, config=config) as sts:
+            # --aws-sts-endpoint, as for the aws store; else AWS_ENDPOINT_URL_STS (botocore's).
+            endpoint = self._env.core.aws_sts_endpoint
+            async with self._session.create_client(
+                "sts", aws.region, config=config, endpoint_url=endpoint
+            ) as sts:
                 answer = await sts.assume_role_with_web_identity(
                     RoleArn=who.role_arn,
                     RoleSessionName=who.session_name,

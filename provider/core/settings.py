@@ -76,6 +76,11 @@ class CoreSettings:
     enable_fake_backend: bool = False
     #: Kubernetes API server URL for the few API reads (default: in-cluster, then kubeconfig).
     kube_api_url: str | None = None
+    #: `--aws-sts-endpoint`: the STS endpoint of every STS call the provider makes, whichever
+    #: store makes it (the aws store's AssumeRoleWithWebIdentity and AssumeRole, Vault's aws
+    #: login's AssumeRoleWithWebIdentity); None: the regional one, or AWS_ENDPOINT_URL_STS.
+    #: A core setting because stores may not share each other's options.
+    aws_sts_endpoint: str | None = None
 
 
 #: `--event-loop`: auto (uvloop when installed), uvloop or asyncio.
