@@ -223,6 +223,7 @@ async def test_a_short_certificate_is_reissued_with_its_key_at_two_thirds(polls:
     assert polls.events().get("reissued") == 1.0
 
 
+@pytest.mark.bench
 @pytest.mark.timeout(240)
 async def test_no_poll_answers_a_revoked_credential_under_a_20s_40s_token(
     polls: Polls, postgres: PostgreSQL
