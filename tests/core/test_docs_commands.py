@@ -1,4 +1,5 @@
-"""Every command in the README, SECURITY.md and docs/*.md runs as written (issue 33).
+"""Every command in the README, SECURITY.md, BENCHMARKS.md and docs/*.md runs as written
+(issues 33, 41).
 
 What counts as a command:
 
@@ -48,7 +49,14 @@ from tests.deploy.conftest import copy_deploy
 
 ROOT = Path(__file__).resolve().parents[2]
 VENV_BIN = ROOT / ".venv" / "bin"
-DOCS = sorted([ROOT / "README.md", ROOT / "SECURITY.md", *(ROOT / "docs").glob("*.md")])
+DOCS = sorted(
+    [
+        ROOT / "README.md",
+        ROOT / "SECURITY.md",
+        ROOT / "BENCHMARKS.md",
+        *(ROOT / "docs").glob("*.md"),
+    ]
+)
 
 PROGRAMS = (
     "secrets-bridge",
@@ -247,9 +255,25 @@ class Needs:
 
 
 @dataclass(frozen=True)
+class Parses:
+    """A measurement that takes minutes (a bench, a probe, a soak): not run here, but its
+    command line is handed to the program's own argument parser, which must accept it as
+    written (every flag exists, every value converts); a file it names must exist."""
+
+    why: str = "takes minutes; its arguments are parsed by its own parser"
+
+
+@dataclass(frozen=True)
+class Wrong:
+    """A form that cannot run as written: the test fails on it, saying how to write it."""
+
+    fix: str
+
+
+@dataclass(frozen=True)
 class Rule:
     pattern: str
-    kind: Run | Covered | Needs
+    kind: Run | Covered | Needs | Parses | Wrong
 
     def matches(self, command: Command) -> bool:
         return re.fullmatch(self.pattern, command.flat) is not None
@@ -286,6 +310,92 @@ class Workspace:
 
 def _words(command: Command) -> list[str]:
     return shlex.split(command.text.replace("\\\n", " "), comments=True)
+
+
+#: Runs modules as `python -m` runs them, each stopped as soon as its parser accepted the
+#: command line (its first `parse_args`); prints one JSON list: per command, None or the
+#: parser's complaint.
+_PARSE_ONLY = r"""
+import argparse, contextlib, io, json, runpy, sys
+
+class Accepted(Exception):
+    pass
+
+real = argparse.ArgumentParser.parse_args
+
+def parse_args(self, args=None, namespace=None):
+    real(self, args, namespace)
+    raise Accepted
+
+argparse.ArgumentParser.parse_args = parse_args
+results = []
+for module, argv in json.loads(sys.argv[1]):
+    sys.argv = [module, *argv]
+    err = io.StringIO()
+    try:
+        with contextlib.redirect_stderr(err), contextlib.redirect_stdout(io.StringIO()):
+            if module == "provider.cli.main":  # its parsers check more in their parse_args
+                from provider.cli.main import build_parser
+
+                build_parser(argv[0]).parse_args(argv)
+                raise Accepted
+            runpy.run_module(module, run_name="__main__", alter_sys=True)
+        results.append(f"{module} ran without parsing its arguments")
+    except Accepted:
+        results.append(None)
+    except SystemExit as exc:
+        results.append(err.getvalue().strip() or f"exit {exc.code}")
+    except Exception as exc:
+        results.append(f"{type(exc).__name__}: {exc}")
+print(json.dumps(results))
+"""
+
+
+def _parsed(command: Command) -> tuple[str, list[str]] | str:
+    """(module, argv) as the command names them, or the problem with a file it names."""
+    words = _words(command)
+    program = words[0].removeprefix(".venv/bin/")
+    if program in {"python", "python3"} and words[1] == "-m":
+        return words[2], words[3:]
+    if program == "secrets-bridge":
+        return "provider.cli.main", words[1:]
+    missing = [
+        w for w in words[1:] if not w.startswith("-") and "/" in w and not (ROOT / w).exists()
+    ]
+    if program == "pytest":
+        return f"names files that do not exist: {missing}" if missing else ("", [])
+    script = ROOT / words[0]
+    if not script.is_file() or not os.access(script, os.X_OK):
+        return f"{words[0]} is not an executable file of the repository"
+    syntax = subprocess.run(["bash", "-n", str(script)], capture_output=True, text=True)
+    return syntax.stderr.strip() or ("", [])
+
+
+def _check_parsed(found: list[Command]) -> list[str]:
+    """The problems of every Parses command of a document, its modules loaded in one process."""
+    failures: list[str] = []
+    calls: list[tuple[Command, tuple[str, list[str]]]] = []
+    for command in found:
+        parsed = _parsed(command)
+        if isinstance(parsed, str):
+            failures.append(f"{command}\n    {parsed}")
+        elif parsed[0]:
+            calls.append((command, parsed))
+    if not calls:
+        return failures
+    import json
+
+    result = subprocess.run(
+        [str(VENV_BIN / "python"), "-c", _PARSE_ONLY, json.dumps([p for _, p in calls])],
+        cwd=ROOT, capture_output=True, text=True, timeout=120, check=False,
+    )  # fmt: skip
+    assert result.returncode == 0, result.stderr[-2000:]
+    for (command, _), problem in zip(
+        calls, json.loads(result.stdout.splitlines()[-1]), strict=True
+    ):
+        if problem is not None:
+            failures.append(f"{command}\n    its parser refuses it: {problem[-600:]}")
+    return failures
 
 
 def _key_is_private(ws: Workspace, result: subprocess.CompletedProcess[str]) -> None:
@@ -376,8 +486,16 @@ CLUSTER = "needs a Kubernetes cluster"
 THIS = "tests/core/test_docs_commands.py"
 
 RULES: list[Rule] = [
+    # --- cannot run as written ---
+    Rule(
+        r"(\.venv/bin/)?secrets-bridge bench --store .*",
+        Wrong(
+            "the console script does not have the dev kit the bench's rigs come from: write "
+            "`.venv/bin/python -m provider.cli.main bench --store ...` (from the repository root)"
+        ),
+    ),
     # --- run here, as written ---
-    Rule(r"secrets-bridge( [a-z]+)? --help", Run()),
+    Rule(r"(\.venv/bin/)?secrets-bridge( [a-z]+)? --help", Run()),
     Rule(r"secrets-bridge --version", Run()),
     Rule(r"secrets-bridge check [\w./-]+\.yaml", Run()),
     Rule(
@@ -478,6 +596,15 @@ RULES: list[Rule] = [
             synopsis=True,
         ),
     ),
+    # --- measurements: parsed by their own parsers (BENCHMARKS.md) ---
+    Rule(
+        r"(\.venv/bin/)?python -m (devkit(\.\w+)+|tests\.perf\.\w+|provider\.cli\.main bench)"
+        r"( .*)?",
+        Parses(),
+    ),
+    Rule(r"secrets-bridge bench --socket \$\w+/.*", Parses()),
+    Rule(r"\.venv/bin/pytest -q -s tests/\S+\.py", Parses("a measurement printed by the test")),
+    Rule(r"devkit/probes/\w+\.sh( \S+)?", Parses("every figure at once: an hour and more")),
     # --- need what this machine does not have ---
     Rule(
         r"kubectl logs .*\| secrets-bridge audit verify - --hmac-key-file KEY",
@@ -573,8 +700,32 @@ def test_no_command_is_left_unclassified() -> None:
 
 
 def test_every_rule_still_matches_a_command() -> None:
-    stale = [r.pattern for r in RULES if not any(r.matches(c) for c in ALL)]
+    # (A Wrong rule is a guard: it matches nothing once the docs are right.)
+    stale = [
+        r.pattern
+        for r in RULES
+        if not isinstance(r.kind, Wrong) and not any(r.matches(c) for c in ALL)
+    ]
     assert not stale, f"rules no command in the docs matches any more: {stale}"
+
+
+def test_benchmarks_name_no_flag_the_bench_refuses() -> None:
+    """Flags the bench dropped stay out of BENCHMARKS.md, even where it quotes a command in a
+    table (its code spans there start with `bench`, which the extraction does not take)."""
+    text = (ROOT / "BENCHMARKS.md").read_text()
+    help_text = subprocess.run(
+        [str(VENV_BIN / "python"), "-m", "provider.cli.main", "bench", "--help"],
+        cwd=ROOT, capture_output=True, text=True, timeout=60, check=True,
+    ).stdout  # fmt: skip
+    quoted = re.findall(r"`bench ([^`]*)`", text)
+    assert quoted, "BENCHMARKS.md quotes no bench command"
+    unknown = {
+        flag
+        for span in quoted
+        for flag in re.findall(r"(?<![=\w-])(--[a-z][a-z0-9-]*)", span)
+        if not re.search(rf"{re.escape(flag)}\b", help_text)
+    }
+    assert "--rss-every" not in text and not unknown, sorted(unknown)
 
 
 def _defined_tests(path: Path) -> set[str]:
@@ -623,7 +774,7 @@ DOCS_WITH_WORK = [
     if any(
         (rule := classify(c)) is not None
         and (
-            isinstance(rule.kind, Run)
+            isinstance(rule.kind, Run | Parses | Wrong)
             or (isinstance(rule.kind, Needs) and rule.kind.offline is not None and not c.inline)
         )
         for c in commands(d)
@@ -637,10 +788,17 @@ def test_the_commands_of_a_document_run_as_written(doc: Path, tmp_path: Path) ->
     part of every NEEDS command shown in a block."""
     ws = Workspace.for_doc(doc, tmp_path)
     failures: list[str] = []
+    parsed: list[Command] = []
     for command in commands(doc):
         rule = classify(command)
         assert rule is not None, f"unclassified: {command}"
         kind = rule.kind
+        if isinstance(kind, Wrong):
+            failures.append(f"{command}\n    {kind.fix}")
+            continue
+        if isinstance(kind, Parses):
+            parsed.append(command)
+            continue
         try:
             if isinstance(kind, Run):
                 result = ws.shell(command.text)
@@ -661,6 +819,7 @@ def test_the_commands_of_a_document_run_as_written(doc: Path, tmp_path: Path) ->
                 kind.offline(ws, command)
         except AssertionError as exc:
             failures.append(f"{command}\n    {textwrap.indent(str(exc), '    ').strip()}")
+    failures += _check_parsed(parsed)
     assert not failures, f"{len(failures)} command(s) of {doc.name} do not run as written:\n" + (
         "\n".join(failures)
     )
