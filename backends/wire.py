@@ -89,6 +89,17 @@ def _python_decoder() -> json.JSONDecoder:
 _ENCODER = json.JSONEncoder(separators=(",", ":"), ensure_ascii=False)
 
 
+#: JSON values beyond which an answer is parsed by Python's decoder (`sliced`): the C one holds
+#: the GIL about a quarter of a microsecond per value, so this is a few milliseconds.
+SLICED_VALUES = 10_000
+
+
+def sliced(body: bytes) -> bool:
+    """Whether `body` holds enough JSON values (roughly: its `,` and `:`) that the C parser
+    would hold the GIL for more than a few milliseconds: then `loads_sliced`/`dumps_sliced`."""
+    return body.count(b",") + body.count(b":") > SLICED_VALUES
+
+
 def loads_sliced(text: str | bytes) -> Any:
     """`json.loads(text)`, by Python's own decoder: for a large answer in a worker thread. The
     C decoder holds the GIL for a whole document, so a thread running it stalls the event loop

@@ -71,6 +71,12 @@ def many_objects(address: str, count: int = 100) -> dict[str, str]:
     return _params("attacker", address, objects=yaml.safe_dump(objects))
 
 
+def big_once(address: str) -> dict[str, str]:
+    """One object: the large secret, read afresh at every mount (`{n}`: see many_values)."""
+    objects = [{"objectName": "big", "secretPath": "kv1/attack/big?n={n}", "secretKey": "blob"}]
+    return _params("attacker", address, objects=yaml.safe_dump(objects))
+
+
 def many_values(address: str) -> dict[str, str]:
     """One object: the secret of VALUES values (`{n}` in its query is a fresh number at every
     mount, so that no mount is served from the value cache)."""
@@ -178,6 +184,21 @@ async def attack(
     finally:
         await driver.close()
     return out
+
+
+async def one_at_a_time(
+    socket: str, key: SigningKey, params: dict[str, str], count: int = 20
+) -> None:
+    """`count` mounts of the attacker's, one after the other, each a fresh number in the
+    class's `{n}` (each value read, parsed and cached anew)."""
+    driver = Driver(socket)
+    token = key.pod_token("attacker", "app")
+    try:
+        for i in range(count):
+            mine = {k: v.replace("{n}", str(i)) for k, v in params.items()}
+            await driver.mount(mine, "attacker", token, f"a{i}")
+    finally:
+        await driver.close()
 
 
 async def _attacking(spec: dict[str, Any]) -> dict[str, Any]:

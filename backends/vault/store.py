@@ -28,7 +28,7 @@ from backends.vault.objects import VaultRef
 from backends.vault.options import Options
 from backends.vault.selected import KVSelector
 from backends.vault.selectors import VaultSelection
-from backends.wire import Charge, dumps_sliced, loads_sliced
+from backends.wire import Charge, dumps_sliced, loads_sliced, sliced
 from provider.core.backend import INLINE_PARSE_BYTES, Backend, BackendEnv, Dialect
 from provider.core.errors import BridgeError, NotFound, StoreUnavailable
 from provider.core.identity import pod_scope
@@ -298,7 +298,9 @@ def _value(reply: Reply, doing: str) -> _Read | BridgeError:
     """The whole response as the file (upstream), `data` (or KV v2's `data.data`) for keys."""
     if not reply.body.strip():
         return NotFound(f"{doing}: Vault answered HTTP {reply.status} with no data")
-    large = len(reply.body) > INLINE_PARSE_BYTES  # in a worker thread: see loads_sliced
+    # A large answer is parsed in a worker thread (`_parsed`), where the C parser would still
+    # hold the GIL through an answer of many values: see loads_sliced.
+    large = len(reply.body) > INLINE_PARSE_BYTES and sliced(reply.body)
     try:
         payload: Any = loads_sliced(reply.body) if large else json.loads(reply.body)
     except (ValueError, RecursionError):
@@ -341,7 +343,7 @@ def _kept(payload: dict[str, Any]) -> dict[str, Any]:
 
 def _json_of(body: bytes) -> dict[str, Any]:
     """A listing's answer parsed (`Reply.json`), by Python's decoder when it is large."""
-    if len(body) <= INLINE_PARSE_BYTES:
+    if len(body) <= INLINE_PARSE_BYTES or not sliced(body):
         return Reply(200, body).json()
     try:
         value = loads_sliced(body) if body else {}
