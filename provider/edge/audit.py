@@ -31,7 +31,7 @@ the first, `"event":"answered"`, says `"parts": N`; the others are `"event":"con
 `"part": 2..N`; each names the pod and class again (so any one line answers "who", alone) and
 carries some of the objects, a long list of an object (`secrets`, `version`) cut into slices that
 say where they start (`"at"`). So a record costs about what its objects cost, however they are
-split: a selector's secrets cost as the same secrets listed by name (docs/audit.md).
+split: a selector's secrets cost no more than the same secrets listed by name (docs/audit.md).
 
 The line format and its MAC chain are in provider/edge/auditchain.py. Writes are synchronous
 (one `write` per line, from the event loop, so lines never interleave and the chain's order is
