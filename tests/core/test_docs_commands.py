@@ -496,7 +496,7 @@ RULES: list[Rule] = [
     ),
     # --- run here, as written ---
     Rule(r"(\.venv/bin/)?secrets-bridge( [a-z]+)? --help", Run()),
-    Rule(r"secrets-bridge --version", Run()),
+    Rule(r"(\.venv/bin/)?secrets-bridge --version", Run()),
     Rule(r"secrets-bridge check [\w./-]+\.yaml", Run()),
     Rule(
         r"secrets-bridge mount \S+\.yaml --target \S+( --token \S+=\S+)?( --service-account \S+)?"
@@ -707,6 +707,28 @@ def test_every_rule_still_matches_a_command() -> None:
         if not isinstance(r.kind, Wrong) and not any(r.matches(c) for c in ALL)
     ]
     assert not stale, f"rules no command in the docs matches any more: {stale}"
+
+
+def test_the_readme_says_how_the_command_gets_on_path(tmp_path: Path) -> None:
+    """`make` leaves `secrets-bridge` in .venv/bin, not on PATH: the README's commands section
+    says so before its first bare `secrets-bridge`, and both ways it names work from a shell
+    whose PATH lacks the environment."""
+    readme = (ROOT / "README.md").read_text()
+    section = readme[readme.index("## The command") :]
+    before = section[: section.index("```")]
+    assert "`.venv/bin/secrets-bridge`" in before and "`. .venv/bin/activate`" in before, before
+    ws = Workspace.for_doc(ROOT / "README.md", tmp_path)
+    ws.env["PATH"] = os.pathsep.join(
+        p for p in ws.env["PATH"].split(os.pathsep) if not p.startswith(str(ROOT))
+    )
+    ws.env.pop("VIRTUAL_ENV", None)
+    assert ws.shell("command -v secrets-bridge").returncode != 0, "already on PATH"
+    for way in (
+        ".venv/bin/secrets-bridge --version",
+        ". .venv/bin/activate && secrets-bridge --version",
+    ):
+        result = ws.shell(way)
+        assert result.returncode == 0 and result.stdout.startswith("secrets-bridge "), (way, result)
 
 
 def test_benchmarks_name_no_flag_the_bench_refuses() -> None:
