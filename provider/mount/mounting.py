@@ -218,7 +218,7 @@ class Mounter:
         if got.absent:
             _announce_absent(plan, got.absent, request.pod)
         answer = self._build_memoized(plan, got, request.permission, request.pod.namespace)
-        return answer if sources is None else _with_served(answer, plan, sources)
+        return answer if sources is None else _with_served(answer, plan, sources, got.values)
 
     def requested(self, params: Mapping[str, str]) -> tuple[Served, ...]:
         """What a refused mount asked for, for the audit trail (nothing if the class does not
@@ -307,8 +307,11 @@ def _where(plan: MountPlan, reads: Sequence[StoreRead], pod: Pod) -> str:
 
 
 def _with_served(
-    answer: MountResult, plan: MountPlan, sources: Mapping[Any, Source]
+    answer: MountResult,
+    plan: MountPlan,
+    sources: Mapping[Any, Source],
+    values: Mapping[Hashable, Sequence[SecretValue]],
 ) -> MountResult:
     # The memoized answer is shared by every mount built from the same values; the record of
     # where they came from is this mount's own.
-    return dataclasses.replace(answer, served=served(plan, answer.object_versions, sources))
+    return dataclasses.replace(answer, served=served(plan, answer.object_versions, sources, values))
