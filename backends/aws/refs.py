@@ -143,6 +143,13 @@ class AwsSelection:
             parts.append(f"tags {{{shown}}}")
         return "secretsmanager " + " ".join(parts)
 
+    def member(self, name: str) -> str:
+        """One selected secret as the audit trail names it (`name` is relative to the
+        selector): as a listed object of the same secret is named."""
+        if self.service == "ssm":
+            return f"ssm {self.prefix.rstrip('/')}/{name}"
+        return f"secretsmanager {self.prefix}{name}"
+
 
 #: What an AWS object or selector reads.
 Ref = AwsRef | AwsSelection
