@@ -36,7 +36,13 @@ from provider.core.errors import (
     StoreUnavailable,
     redacted,
 )
-from provider.core.identity import Annotation, pod_scope, pod_token, require_node_identity
+from provider.core.identity import (
+    Annotation,
+    pod_named,
+    pod_scope,
+    pod_token,
+    require_node_identity,
+)
 from provider.core.model import FetchContext, Identity, Pod, identity_key
 
 log = logging.getLogger("secrets_bridge.aws")
@@ -61,17 +67,20 @@ class Login:
     base_key: str = ""
     #: The role assumed next with them (`assumeRoleArn`), if any.
     assume: AssumeRole | None = None
+    #: The pod whose mount made the login, as refusals name it (identity.pod_named).
+    pod: str = field(default="", compare=False)
 
     def describe(self, subject: str) -> str:
         then = f", then role {self.assume.role_arn}" if self.assume else ""
         return self.first_hop(subject) + then
 
     def first_hop(self, subject: str) -> str:
+        who = self.pod or subject
         if self.kind == "irsa":
-            return f"{subject} as role {self.role_arn}"
+            return f"{who} as role {self.role_arn}"
         if self.kind == "pod-identity":
-            return f"{subject} via EKS Pod Identity"
-        return f"{subject} with the node's credentials"
+            return f"{who} via EKS Pod Identity"
+        return f"{who} with the node's credentials"
 
     def principal(self, subject: str) -> str:
         """Who the second role's trust policy must trust."""
@@ -110,21 +119,21 @@ class Authenticator:
         return Identity(key=key, subject=pod.subject, credential=login)
 
     async def _login(self, store: AwsStore, pod: Pod) -> Login:
-        session = _session_name(pod)
+        session, named = _session_name(pod), pod_named(pod)
         if store.use_pod_identity:
             token = await pod_token(self._env, pod, POD_IDENTITY_AUDIENCE)
-            return Login("pod-identity", session_name=session, token=token)
+            return Login("pod-identity", session_name=session, token=token, pod=named)
         role = store.role_arn or await self._annotations.of(pod)
         if role:
             token = await pod_token(self._env, pod, IRSA_AUDIENCE)
-            return Login("irsa", role, session, token)
+            return Login("irsa", role, session, token, pod=named)
         require_node_identity(
             self._env,
             pod,
             f"The AWS class (no roleArn parameter, no {ROLE_ANNOTATION} annotation on "
             f"ServiceAccount {pod.subject}, usePodIdentity not set)",
         )
-        return Login("node", session_name=session)
+        return Login("node", session_name=session, pod=named)
 
     async def credentials(
         self, store: AwsStore, identity: Identity, ctx: FetchContext
@@ -203,7 +212,8 @@ class Authenticator:
         return await self._env.retry(attempt, ctx)
 
     async def _assume_in(self, region: str, login: Login, subject: str) -> Credentials:
-        what = f"AssumeRoleWithWebIdentity for {login.role_arn} in {region} (pod {subject})"
+        pod = login.pod or subject
+        what = f"AssumeRoleWithWebIdentity for {login.role_arn} in {region} (pod {pod})"
         hint = (
             f"; the role's trust policy must allow {subject} "
             f"(sub system:serviceaccount:{subject.replace('/', ':')}, aud {IRSA_AUDIENCE})"
@@ -240,7 +250,7 @@ class Authenticator:
     async def _ask_agent(self, url: str, login: Login, subject: str) -> Credentials:
         import aiohttp
 
-        what = f"EKS Pod Identity agent at {url} (pod {subject})"
+        what = f"EKS Pod Identity agent at {url} (pod {login.pod or subject})"
         timeout = aiohttp.ClientTimeout(
             total=self._options.connect_timeout + self._options.read_timeout,
             connect=self._options.connect_timeout,

@@ -42,7 +42,7 @@ from provider.core.errors import (
     redacted,
     scrub,
 )
-from provider.core.identity import pod_scope, pod_token, require_node_identity
+from provider.core.identity import pod_named, pod_scope, pod_token, require_node_identity
 from provider.core.model import Identity, Pod, credential_hash, identity_key
 
 AUDIENCE = "api://AzureADTokenExchange"
@@ -141,7 +141,7 @@ async def identify(
         client_id, client_secret = secret.get("clientid", ""), secret.get("clientsecret", "")
         if not client_id or not client_secret:
             raise MissingCredential(
-                f"Key Vault {store.vault_name}: pod {pod.namespace}/{pod.name} brought no "
+                f"Key Vault {store.vault_name}: pod {pod_named(pod)} brought no "
                 "credentials: set clientID for workload identity (the pod's token for audience "
                 f"{AUDIENCE!r}), or reference a Secret with keys clientid and clientsecret in "
                 "the volume's nodePublishSecretRef"

@@ -34,7 +34,7 @@ from provider.core.errors import (
     redacted,
     scrub,
 )
-from provider.core.identity import Annotation, pod_token
+from provider.core.identity import Annotation, pod_named, pod_token
 from provider.core.model import Pod
 
 log = logging.getLogger("secrets_bridge.vault")
@@ -59,6 +59,8 @@ class AwsPod:
     role_arn: str = ""
     session_name: str = ""
     token: str = field(default="", repr=False)
+    #: The pod whose mount made the login, as refusals name it (identity.pod_named).
+    pod: str = field(default="", compare=False)
 
     @property
     def key(self) -> str:
@@ -86,17 +88,19 @@ class AwsSigner:
 
     async def who(self, aws: AwsAuth, audience: str, pod: Pod) -> AwsPod:
         """The pod's AWS identity, refused before any cache when its token is missing."""
+        named = pod_named(pod)
         if aws.pod_identity:
-            return AwsPod("pod-identity", token=await pod_token(self._env, pod, audience))
+            token = await pod_token(self._env, pod, audience)
+            return AwsPod("pod-identity", token=token, pod=named)
         role = aws.role_arn or await self._annotations.of(pod)
         if not role:
             raise InvalidParameters(
-                f"Vault's aws login for {pod.subject} needs an AWS role: set vaultAWSRoleArn, "
+                f"Vault's aws login for pod {named} needs an AWS role: set vaultAWSRoleArn, "
                 f"annotate ServiceAccount {pod.subject} with {ROLE_ANNOTATION}, or set "
                 "vaultAWSUsePodIdentity"
             )
         token = await pod_token(self._env, pod, audience)
-        return AwsPod("irsa", role, _session_name(pod), token)
+        return AwsPod("irsa", role, _session_name(pod), token, named)
 
     async def login_data(self, aws: AwsAuth, who: AwsPod, subject: str) -> dict[str, str]:
         """The iam login fields, signed with the pod's AWS credentials."""
@@ -113,7 +117,8 @@ class AwsSigner:
 
         if self._session is None:
             self._session = get_session()
-        what = f"AssumeRoleWithWebIdentity for {who.role_arn} in {aws.region} (pod {subject})"
+        pod = who.pod or subject
+        what = f"AssumeRoleWithWebIdentity for {who.role_arn} in {aws.region} (pod {pod})"
         hint = (
             f"; the role's trust policy must allow {subject} "
             f"(sub system:serviceaccount:{subject.replace('/', ':')}, aud of the pod's token)"
@@ -155,7 +160,7 @@ class AwsSigner:
     async def _ask_agent(self, url: str, who: AwsPod, subject: str) -> AwsCredentials:
         import aiohttp
 
-        what = f"EKS Pod Identity agent at {url} (pod {subject})"
+        what = f"EKS Pod Identity agent at {url} (pod {who.pod or subject})"
         timeout = aiohttp.ClientTimeout(total=_TIMEOUT)
         with self._env.metrics.backend_call("vault", "PodIdentityCredentials"), _sdk(what, ""):
             async with (

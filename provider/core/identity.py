@@ -2,7 +2,8 @@
 
 The kubelet's pod keys are the only trustworthy facts in a Mount (a pod author can override any
 SPC parameter through volumeAttributes), so identity is always derived from them and from the
-tokens the kubelet minted — never from a token's unverified claims.
+tokens the kubelet minted — never from a token's unverified claims (provider/core/podtokens.py
+only compares those claims with the pod keys, and refuses a token issued to another pod).
 """
 
 from __future__ import annotations
@@ -25,6 +26,12 @@ def pod_scope(env: BackendEnv[Any], pod: Pod) -> str:
     return f"{pod.namespace}/{pod.service_account}"
 
 
+def pod_named(pod: Pod) -> str:
+    """How refusals name the pod: `namespace/name (service account sa)`, written after "pod".
+    `Pod.subject` (namespace/serviceaccount) names the identity a login acts as, not the pod."""
+    return f"{pod.namespace}/{pod.name or '<none>'} (service account {pod.service_account})"
+
+
 async def pod_token(env: BackendEnv[Any], pod: Pod, audience: str) -> str:
     """The pod's token for `audience`, minted via TokenRequest only with the fallback on."""
     token = pod.tokens.get(audience)
@@ -37,7 +44,7 @@ async def pod_token(env: BackendEnv[Any], pod: Pod, audience: str) -> str:
     have = ", ".join(repr(a) for a in sorted(pod.tokens)) or "none"
     raise MissingCredential(
         f"no service account token for audience {audience!r} was passed for pod "
-        f"{pod.namespace}/{pod.name} (audiences passed: {have}); add "
+        f"{pod_named(pod)} (audiences passed: {have}); add "
         f"{{audience: {audience!r}}} to the CSIDriver's spec.tokenRequests (the driver's Helm "
         f"value tokenRequests), or start the provider with --token-request-fallback (for the "
         f"secrets-store-sync-controller: add {audience!r} to its --token-request-audience)"

@@ -3,6 +3,9 @@
 `attributes` is a JSON object of strings: SPC parameters overlaid by the volume context. The
 kubelet's pod keys identify the pod truthfully; everything else may come from the pod author.
 The tokens value is JSON inside a JSON string; `secrets` is `null`, `{}` or a map of strings.
+Since the tokens key itself may be a class parameter or a nodePublishSecretRef key (the kubelet
+overlays it only when the CSIDriver requests tokens), each token must have been issued to the
+request's pod (provider/core/podtokens.py), or the request is refused.
 
 A second caller sends the same shape: the secrets-store-sync-controller (docs/sync-controller.md),
 which has no pod and no volume. Its attributes are the class's parameters (no volume overlay, no

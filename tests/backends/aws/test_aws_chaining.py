@@ -132,7 +132,10 @@ async def test_aws_wrong_external_id_is_refused_and_named(
     with pytest.raises(PermissionDenied) as caught:
         await h.mount({**CHAINED, "assumeRoleExternalId": "not-the-agreed-id"})
     text = str(caught.value)
-    assert f"AssumeRole of {ROLE_B}" in text and "pod default/app as role " + ROLE in text
+    assert (
+        f"AssumeRole of {ROLE_B}" in text
+        and "pod default/app-0 (service account app) as role " + ROLE in text
+    )
     assert f"trust policy of {ROLE_B} must allow role {ROLE}" in text
     assert "assumeRoleExternalId" in text and "not-the-agreed-id" not in text
     assert all("not-the-agreed-id" not in r.getMessage() for r in caplog.records)
@@ -145,7 +148,10 @@ async def test_aws_second_role_refuses_a_first_hop_it_does_not_trust(
     with pytest.raises(PermissionDenied) as caught:
         await h.mount(CHAINED, irsa_pod(sa="intruder"))  # session ...-default-intruder
     text = str(caught.value)
-    assert "default/intruder" in text and f"trust policy of {ROLE_B}" in text
+    assert (
+        "pod default/app-0 (service account intruder)" in text
+        and f"trust policy of {ROLE_B}" in text
+    )
     assert EXTERNAL_ID not in text
 
 
@@ -293,7 +299,10 @@ async def test_aws_refused_second_role_names_what_to_fix(
     with pytest.raises(PermissionDenied) as caught:
         await harness.mount({**CHAINED, "assumeRoleSessionTags": "{team: payments}"})
     text = str(caught.value)
-    assert f"AssumeRole of {ROLE_B} in {REGION} (pod default/app as role {ROLE})" in text
+    assert (
+        f"AssumeRole of {ROLE_B} in {REGION} (pod default/app-0 (service account app) as role {ROLE})"
+        in text
+    )
     assert "sts:AssumeRole and sts:TagSession" in text
     assert f"role {ROLE} needs sts:AssumeRole on {ROLE_B}" in text
     # The external id's digest, to compare with the trust policy's, never the value.
