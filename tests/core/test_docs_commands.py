@@ -26,6 +26,11 @@ left unclassified (the test lists any new one):
 - NEEDS: a cluster, a registry, a container engine, the network or a tool this machine does not
   have, with the reason; the part that runs offline is checked where there is one (a Helm
   install's chart and values render; an `apply -k` directory renders with `kubectl kustomize`).
+- PARSES: a measurement of BENCHMARKS.md that takes minutes (a bench, a probe, a soak): its
+  command line is handed to the program's own argument parser, which must accept it as written;
+  a test file or script it names must exist.
+- WRONG: a form that cannot run as written (the console script's `bench --store`, which needs
+  the dev kit): the test fails on it, saying how to write it.
 """
 
 from __future__ import annotations
