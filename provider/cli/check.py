@@ -3,9 +3,10 @@ uses — the migration tool.
 
 Each file (or `-`, standard input) may hold several SecretProviderClasses, or a List of them as
 `kubectl get secretproviderclasses -A -o yaml` prints it. No provider flags beyond the limits
-`serve` applies (`--max-objects`, `--max-response-bytes`, `--strict-parameters`, read from the
-same SECRETS_BRIDGE_* variables), no file reads beyond the manifests, no network: a parameter
-that would fall back to a provider-level default (the Vault address, the GCP pool) is a warning.
+`serve` applies (`--max-objects`, `--max-response-bytes`, `--strict-parameters`, and the bounds
+of a class's refreshInterval, serve's defaults unless given; read from the same
+SECRETS_BRIDGE_* variables), no file reads beyond the manifests, no network: a parameter that
+would fall back to a provider-level default (the Vault address, the GCP pool) is a warning.
 
 Exit status: 0 every class is valid (warnings allowed); 1 a class is invalid, or a file cannot
 be read or holds no SecretProviderClass; 2 usage (unknown flag, bad flag value).
