@@ -216,3 +216,21 @@ def test_refresh_interval_bounds_given_to_check_apply(
     (cls,) = json.loads(capsys.readouterr().out)["classes"]
     assert cls["refresh_interval_s"] == 5.0
     assert not [w for w in cls["warnings"] if "refreshInterval" in w]
+
+
+def test_a_key_given_twice_in_an_azure_array_entry_is_refused(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    params = {
+        "backend": "azure",
+        "keyvaultName": "kv",
+        "tenantId": "t",
+        "clientID": "c",
+        "objects": "array:\n  - |\n    objectName: a\n    objectType: secret\n    objectName: b\n",
+    }
+    code, out, _ = run(capsys, write(tmp_path, params))
+    assert code == 1
+    assert (
+        "error: objects.array[0]: invalid YAML at line 3, column 1: the key 'objectName' is "
+        "given twice, on lines 1 and 3; keep one"
+    ) in out
