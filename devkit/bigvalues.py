@@ -98,8 +98,8 @@ class Outcome:
     """What the attack's and the victim's mounts got."""
 
     attacker: dict[str, int] = field(default_factory=dict)
-    #: The attacker's refusals' messages (one of each).
-    messages: list[str] = field(default_factory=list)
+    #: The attacker's refusals' messages (one of each) by status.
+    messages: dict[str, list[str]] = field(default_factory=dict)
     victim_ok: int = 0
     victim_failed: list[str] = field(default_factory=list)
     #: Each victim mount's seconds.
@@ -118,11 +118,13 @@ class Driver:
         self._channel = driver_channel(socket)
         self._stub: Any = provider_pb2_grpc.CSIDriverProviderStub(self._channel)
 
-    async def mount(self, params: dict[str, str], namespace: str, token: str, pod: str) -> Any:
+    async def mount(
+        self, params: dict[str, str], namespace: str, token: str, pod: str, timeout: float = 60
+    ) -> Any:
         request = driver_request(
             params, tokens={"vault": token}, namespace=namespace, pod=pod, service_account="app"
         )
-        return await self._stub.Mount(request, timeout=60, wait_for_ready=True)
+        return await self._stub.Mount(request, timeout=timeout, wait_for_ready=True)
 
     async def close(self) -> None:
         await self._channel.close()
@@ -204,7 +206,7 @@ async def one_at_a_time(
 async def _attacking(spec: dict[str, Any]) -> dict[str, Any]:
     driver = Driver(spec["socket"])
     codes: dict[str, int] = {}
-    messages: set[str] = set()
+    messages: dict[str, set[str]] = {}
     stop = time.monotonic() + spec["seconds"]
     serial = itertools.count()
 
@@ -212,18 +214,20 @@ async def _attacking(spec: dict[str, Any]) -> dict[str, Any]:
         while time.monotonic() < stop:
             params = {k: v.replace("{n}", str(next(serial))) for k, v in spec["params"].items()}
             try:
-                await driver.mount(params, "attacker", spec["token"], f"a{n}")
+                # Cut at the attack's end: a mount waiting for its share does not outlast it.
+                left = max(0.5, stop - time.monotonic() + 1)
+                await driver.mount(params, "attacker", spec["token"], f"a{n}", timeout=left)
                 code = "OK"
             except grpc.aio.AioRpcError as exc:
                 code = exc.code().name
-                messages.add(exc.details() or "")
+                messages.setdefault(code, set()).add(exc.details() or "")
             codes[code] = codes.get(code, 0) + 1
 
     try:
         await asyncio.gather(*(one_thread(n) for n in range(spec["threads"])))
     finally:
         await driver.close()
-    return {"codes": codes, "messages": sorted(messages)}
+    return {"codes": codes, "messages": {c: sorted(m) for c, m in messages.items()}}
 
 
 if __name__ == "__main__":

@@ -9,7 +9,6 @@ secrets read by backends/vault/selected.py, through the same calls.
 
 from __future__ import annotations
 
-import asyncio
 import dataclasses
 import functools
 import json
@@ -104,9 +103,7 @@ class VaultBackend:
         # Every answer is charged to the mount's budget and the bytes in flight as it is read:
         # a mount over its answer budget is refused when it spends it, not after every read.
         async with self._env.reads.fetch(identity.key) as held:
-            outcomes = await asyncio.gather(
-                *(one(ref, held) for ref in refs), return_exceptions=True
-            )
+            outcomes = await held.gather(*(one(ref, held) for ref in refs))
         results: dict[Ref, Fetched] = {}
         for ref, outcome in zip(refs, outcomes, strict=True):
             if isinstance(outcome, BaseException):

@@ -26,9 +26,9 @@ import contextvars
 import sys
 import time
 from collections import deque
-from collections.abc import AsyncIterator, Callable, Hashable, Iterator
+from collections.abc import AsyncIterator, Awaitable, Callable, Hashable, Iterator
 from contextlib import asynccontextmanager
-from typing import TypeVar
+from typing import Any, TypeVar
 
 from provider.core.errors import InvalidParameters, LimitExceeded
 from provider.core.files import DRIVER_RECV_BYTES
@@ -462,6 +462,36 @@ class FetchBytes:
         #: Set once the budget is spent: every later charge raises it, and so does the fetch.
         self.refusal: LimitExceeded | None = None
         self._closed = False
+        self._spent = asyncio.Event()
+
+    async def gather(self, *reads: Awaitable[T]) -> list[T | BaseException]:
+        """Every read's result or exception, as `asyncio.gather(..., return_exceptions=True)`
+        gives them — except that once the budget is spent, the reads still running (waiting
+        for a store's answer that has not begun) are cancelled: the fetch is refused then."""
+        tasks = [asyncio.ensure_future(read) for read in reads]
+        spent: asyncio.Future[Any] = asyncio.ensure_future(self._spent.wait())
+        try:
+            pending: set[asyncio.Future[Any]] = set(tasks)
+            while pending and not self._spent.is_set():
+                _done, pending = await asyncio.wait(
+                    pending | {spent}, return_when=asyncio.FIRST_COMPLETED
+                )
+                pending.discard(spent)
+        finally:
+            spent.cancel()
+            for task in tasks:
+                task.cancel()
+        if tasks:
+            await asyncio.wait(tasks)
+        results: list[T | BaseException] = []
+        for task in tasks:
+            if task.cancelled():
+                results.append(self.refusal or asyncio.CancelledError())
+            elif (error := task.exception()) is not None:
+                results.append(error)
+            else:
+                results.append(task.result())
+        return results
 
     async def charge(self, size: int) -> None:
         """Hold `size` more bytes (waiting for the pool), or raise the fetch's refusal."""
@@ -483,6 +513,7 @@ class FetchBytes:
     def refuse(self, error: LimitExceeded) -> None:
         if self.refusal is None:
             self.refusal = error
+            self._spent.set()
 
     def close(self) -> None:
         if not self._closed:

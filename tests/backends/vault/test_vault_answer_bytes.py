@@ -46,9 +46,12 @@ async def test_a_mount_of_many_large_answers_is_refused_within_its_budget(
     )
     victim = bigvalues.victim(bao.addr)
     got = await bigvalues.attack(served.socket, signing_key, attacker, victim, tmp_path, seconds=6)
-    # Refused with the answer budget's own message, as soon as it was spent.
-    assert got.attacker and set(got.attacker) == {"RESOURCE_EXHAUSTED"}, got.attacker
-    assert all("--max-response-bytes" in m for m in got.messages), got.messages
+    # Refused with the answer budget's own message, as soon as it was spent (a mount the
+    # attack's end cut is DEADLINE_EXCEEDED).
+    assert got.attacker.get("RESOURCE_EXHAUSTED", 0) >= 2, got.attacker
+    assert set(got.attacker) <= {"RESOURCE_EXHAUSTED", "DEADLINE_EXCEEDED"}, got.attacker
+    refused = got.messages["RESOURCE_EXHAUSTED"]
+    assert all("(--max-response-bytes)" in m for m in refused), refused
     assert not got.victim_failed and got.victim_ok > 10
     peak = served.status_mib("VmHWM")
     assert peak < PEAK_MIB, f"the provider's peak RSS was {peak:.0f} MiB"
@@ -61,7 +64,8 @@ async def test_a_secret_of_many_keys_does_not_stall_other_namespaces(
     victim = bigvalues.victim(bao.addr)
     got = await bigvalues.attack(served.socket, signing_key, attacker, victim, tmp_path, seconds=8)
     # The attacker is served (within its parse share) or told to wait its turn; never INTERNAL.
-    assert got.attacker.get("OK", 0) >= 1 and set(got.attacker) <= {"OK", "RESOURCE_EXHAUSTED"}
+    allowed = {"OK", "RESOURCE_EXHAUSTED", "DEADLINE_EXCEEDED"}  # the last, cut at the end
+    assert got.attacker.get("OK", 0) >= 1 and set(got.attacker) <= allowed, got.attacker
     assert not got.victim_failed and got.victim_ok > 50
     assert got.p99() < 0.1, f"the victim's cached p99 was {got.p99() * 1000:.0f} ms"
     assert served.status_mib("VmHWM") < PEAK_MIB
