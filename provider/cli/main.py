@@ -20,6 +20,8 @@ from typing import Any
 from provider import __version__
 from provider.cli.flags import (
     Parser,
+    UnusableFile,
+    add_refresh_interval_flags,
     add_serve_flags,
     count,
     flag,
@@ -167,6 +169,7 @@ def _add_flags(name: str, cmd: argparse.ArgumentParser) -> None:
             False,
             "refuse unknown keys inside objects, as serve --strict-parameters does",
         )
+        add_refresh_interval_flags(g)
     elif name == "mount":
         from provider.cli import mount as driver
 
@@ -207,17 +210,16 @@ def main(argv: Sequence[str] | None = None) -> int:
         if args.files.count("-") > 1:
             print("secrets-bridge check: standard input (-) can be read once", file=sys.stderr)
             return checking.EXIT_USAGE
-        limits = checking.Limits(
-            max_objects=int(args.max_objects),
-            max_response_bytes=int(args.max_response_bytes),
-            strict_parameters=args.strict_parameters,
-        )
+        try:
+            limits = checking.limits_from_args(args)
+        except InvalidParameters as exc:
+            return usage_error("check", str(exc))
         return checking.run(args.files, as_json=args.json, limits=limits)
     try:
         settings = settings_from_args(args)
     except InvalidParameters as exc:
         # The key file is read as it is parsed: one the node cannot give is the node's problem.
-        code = EXIT_FAILED if _key_file_unusable(args.hmac_key_file) else EXIT_USAGE
+        code = EXIT_FAILED if isinstance(exc, UnusableFile) else EXIT_USAGE
         print(f"secrets-bridge {args.command}: error: {exc}", file=sys.stderr)
         return code
     in_process = args.command == "serve" or not getattr(args, "provider_socket", None)
@@ -244,19 +246,6 @@ def main(argv: Sequence[str] | None = None) -> int:
 
         return asyncio.run(driver.run(args, settings))
     return EXIT_USAGE
-
-
-def _key_file_unusable(path: str | None) -> bool:
-    """Whether `--hmac-key-file` names a file that cannot be read or holds no usable key."""
-    if not path:
-        return False
-    from provider.core.versions import Versioner
-
-    try:
-        Versioner.from_file(path)
-    except (OSError, ValueError):
-        return True
-    return False
 
 
 def _fake_without_store(settings: ServeSettings) -> str | None:
