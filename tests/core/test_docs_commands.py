@@ -487,6 +487,7 @@ def _image_name_is_the_bases(ws: Workspace, command: Command) -> None:
 CHECK_JSON = "tests/cli/test_cli_check_json.py"
 CHECK_MOUNT = "tests/cli/test_cli_check_mount.py"
 AUDIT = "tests/cli/test_cli_audit.py"
+AUDIT_SEARCH = "tests/cli/test_cli_audit_search.py"
 CLUSTER = "needs a Kubernetes cluster"
 THIS = "tests/core/test_docs_commands.py"
 
@@ -597,6 +598,19 @@ RULES: list[Rule] = [
                 f"{AUDIT}::test_an_intact_trail_passes",
                 f"{AUDIT}::test_rotated_files_given_oldest_first_are_one_chain",
                 f"{AUDIT}::test_files_given_out_of_order_are_refused",
+            ),
+            synopsis=True,
+        ),
+    ),
+    Rule(
+        r"secrets-bridge audit (verify|search)", Covered((f"{AUDIT}::test_an_intact_trail_passes",))
+    ),
+    Rule(
+        r"secrets-bridge audit search audit\.log\.2 audit\.log\.1 audit\.log --hmac-key-file KEY "
+        r"--secret \S+",
+        Covered(
+            (
+                f"{AUDIT_SEARCH}::test_a_selected_secret_is_found_across_rotated_files_by_whole_segments",
             ),
             synopsis=True,
         ),
