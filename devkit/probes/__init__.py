@@ -9,6 +9,7 @@ briefly as a command, to keep it working); nothing else in the dev kit imports t
     lease_polls       one pod's dynamic objects polled as the driver republishes (issue 31)
     outage_soak       repeated store hangs against a served provider (RSS, answers; issue 21)
     scale_model       the cluster-scale model of BENCHMARKS.md ("Cluster scale")
+    audit_bytes       audit trail bytes per poll: a selection against the same secrets listed
     bench_all.sh      re-runs every figure of BENCHMARKS.md's bench sections
     bench_leases.sh   issue 31's figures: lease_polls, today's code against a base commit
 

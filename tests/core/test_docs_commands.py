@@ -606,6 +606,15 @@ RULES: list[Rule] = [
         r"secrets-bridge audit (verify|search)", Covered((f"{AUDIT}::test_an_intact_trail_passes",))
     ),
     Rule(
+        r"secrets-bridge audit search FILE\.\.\. --hmac-key-file KEY --secret \S+",
+        Covered(
+            (
+                f"{AUDIT_SEARCH}::test_a_selected_secret_is_found_across_rotated_files_by_whole_segments",
+            ),
+            synopsis=True,
+        ),
+    ),
+    Rule(
         r"secrets-bridge audit search audit\.log\.2 audit\.log\.1 audit\.log --hmac-key-file KEY "
         r"--secret \S+",
         Covered(
