@@ -299,10 +299,8 @@ async def test_aws_refused_second_role_names_what_to_fix(
     with pytest.raises(PermissionDenied) as caught:
         await harness.mount({**CHAINED, "assumeRoleSessionTags": "{team: payments}"})
     text = str(caught.value)
-    assert (
-        f"AssumeRole of {ROLE_B} in {REGION} (pod default/app-0 (service account app) as role {ROLE})"
-        in text
-    )
+    pod = "pod default/app-0 (service account app)"
+    assert f"AssumeRole of {ROLE_B} in {REGION} ({pod} as role {ROLE})" in text
     assert "sts:AssumeRole and sts:TagSession" in text
     assert f"role {ROLE} needs sts:AssumeRole on {ROLE_B}" in text
     # The external id's digest, to compare with the trust policy's, never the value.
