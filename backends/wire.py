@@ -40,6 +40,7 @@ from aiohttp.abc import AbstractResolver, ResolveResult
 from yarl import URL
 
 from provider.core.errors import LimitExceeded
+from provider.core.limits import charge
 
 K = TypeVar("K", bound=Hashable)
 
@@ -128,7 +129,8 @@ def capped_response(limit: int) -> type[aiohttp.ClientResponse]:
         async def read(self) -> bytes:
             if self._body is None:
                 try:
-                    self._body = await read_capped(self, limit, "the store's answer")
+                    # Charged to the fetch it is read for, if any (an SDK's store call).
+                    self._body = await read_capped(self, limit, "the store's answer", charge)
                 except LimitExceeded as exc:
                     self.close()
                     raise BodyTooLarge(str(exc)) from None

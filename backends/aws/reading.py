@@ -28,6 +28,7 @@ from provider.core.errors import (
     PermissionDenied,
     StoreUnavailable,
 )
+from provider.core.limits import FetchBytes, answer_size
 from provider.core.model import FetchContext, Fetched, Identity, SecretValue
 
 T = TypeVar("T")
@@ -53,8 +54,10 @@ class Reader:
         identity: Identity,
         creds: Credentials | None,
         ctx: FetchContext,
+        held: FetchBytes | None = None,
     ) -> None:
         self._shared = shared
+        self._held = held
         self._store = store
         self._creds = creds
         self._ctx = ctx
@@ -109,9 +112,15 @@ class Reader:
                         with translated(what, hint):
                             client = await self._shared.pool.get(service, region, self._creds)
                             method = getattr(client, _snake(operation))
-                            return await method(**kwargs)
+                            answer = await method(**kwargs)
                 except TimeoutError:
                     raise DeadlineExceeded(f"{what}: the Mount's deadline passed") from None
+        if self._held is not None:
+            # Charged once parsed (the SDK reads the body whole): the services bound each
+            # answer — a secret 64 KiB, a parameter 8 KiB, a batch or a page 20 secrets or 10
+            # parameters and their metadata (about 1.3 MB at most).
+            await self._held.charge(answer_size(answer))
+        return answer
 
     async def in_region(self, index: int, call: Callable[[int], Awaitable[T]]) -> T:
         """call(index), retried within the Mount's budget in that one region: the reads of a

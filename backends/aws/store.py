@@ -25,6 +25,7 @@ from backends.aws.refs import AwsRef, AwsSelection, AwsStore, Ref
 from provider.core.backend import Backend, BackendEnv, Dialect
 from provider.core.caching import ExpiringCache
 from provider.core.errors import BridgeError, PermissionDenied
+from provider.core.limits import FetchBytes
 from provider.core.model import FetchContext, Fetched, Identity, Pod, SecretValue, StorePlan
 from provider.core.selection import Selecting
 
@@ -66,13 +67,15 @@ class AwsBackend:
         if not refs:
             return {}
         creds = await self._auth.credentials(store, identity, ctx)
-        results = await self._read(store, identity, creds, refs, ctx)
-        stale = [ref for ref in refs if _expired(results[ref])]
-        if stale:
-            # AWS says the credentials expired before we thought: one shared re-login.
-            self._auth.forget(identity, creds)
-            creds = await self._auth.credentials(store, identity, ctx)
-            results.update(await self._read(store, identity, creds, stale, ctx))
+        # Every answer is charged to the mount's budget and the bytes in flight (ReadBytes).
+        async with self._shared.env.reads.fetch(identity.key) as held:
+            results = await self._read(store, identity, creds, refs, ctx, held)
+            stale = [ref for ref in refs if _expired(results[ref])]
+            if stale and held.refusal is None:
+                # AWS says the credentials expired before we thought: one shared re-login.
+                self._auth.forget(identity, creds)
+                creds = await self._auth.credentials(store, identity, ctx)
+                results.update(await self._read(store, identity, creds, stale, ctx, held))
         return results
 
     async def _read(
@@ -82,8 +85,9 @@ class AwsBackend:
         creds: Credentials | None,
         refs: Sequence[Ref],
         ctx: FetchContext,
+        held: FetchBytes,
     ) -> dict[Ref, Fetched]:
-        reader = Reader(self._shared, store, identity, creds, ctx)
+        reader = Reader(self._shared, store, identity, creds, ctx, held)
         plain = [ref for ref in refs if isinstance(ref, AwsRef)]
         chosen = [ref for ref in refs if isinstance(ref, AwsSelection)]
         ssm = [ref for ref in plain if ref.service == "ssm"]

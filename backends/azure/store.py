@@ -62,9 +62,12 @@ class AzureBackend:
         )
         session.assertion.token = login.assertion
         reader = VaultReader(session, identity, ctx, self._env)
-        outcomes = await asyncio.gather(
-            *(self._fetch_one(reader, ref, identity.key) for ref in refs), return_exceptions=True
-        )
+        # Every answer's body is charged to the mount's budget and the bytes in flight as it is
+        # read (backends/wire.py capped_response); once spent, the reads still waiting stop.
+        async with self._env.reads.fetch(identity.key) as held:
+            outcomes = await held.gather(
+                *(self._fetch_one(reader, ref, identity.key) for ref in refs)
+            )
         results: dict[Ref, Fetched] = {}
         for ref, outcome in zip(refs, outcomes, strict=True):
             if isinstance(outcome, auth.LoginRefused | binding.ProxyUntrusted):

@@ -36,6 +36,7 @@ from backends.gcp.dialect import GcpRef
 from backends.gcp.errors import SECRET_LISTING, translated
 from backends.proxies import Proxies
 from provider.core.errors import DeadlineExceeded, StoreUnavailable
+from provider.core.limits import answer_size, charge
 
 # The generated client logs every call's metadata (our bearer token) and response (the secret)
 # whenever its logger is enabled for DEBUG, and google-auth logs token requests the same way.
@@ -166,7 +167,12 @@ class SecretManager:
                 retry=None,
                 timeout=timeout,
             )
-        return Accessed(bytes(response.payload.data), str(response.name) or ref.name)
+        data = bytes(response.payload.data)
+        # Charged once received (gRPC hands the message whole): Secret Manager bounds a
+        # version's payload at 64 KiB; a server of the class's own is bounded by the channel's
+        # receive limit (4 MiB).
+        await charge(len(data) + len(response.name))
+        return Accessed(data, str(response.name) or ref.name)
 
     async def list_secrets(self, page: Page, token: str, subject: str, deadline: float) -> Listing:
         """One page of ListSecrets: each secret's name and labels, and the next page's token."""
@@ -185,6 +191,7 @@ class SecretManager:
                 timeout=timeout,
             )
         items = tuple((str(s.name), dict(s.labels)) for s in pager.secrets)
+        await charge(answer_size(items))  # a page: at most page_size secrets and their labels
         return Listing(items, str(pager.next_page_token))
 
     async def list_versions(self, page: Page, token: str, subject: str, deadline: float) -> Listing:
@@ -203,6 +210,7 @@ class SecretManager:
                 timeout=timeout,
             )
         items = tuple((str(v.name), {"state": v.state.name}) for v in pager.versions)
+        await charge(answer_size(items))
         return Listing(items, str(pager.next_page_token))
 
     async def close(self) -> None:

@@ -19,6 +19,7 @@ from backends.gcp.client import CALL_TIMEOUT, Accessed, SecretManager
 from backends.gcp.dialect import GcpRef
 from backends.gcp.errors import PARAMETER_MANAGER, translated
 from provider.core.errors import DeadlineExceeded
+from provider.core.limits import charge
 
 # As for Secret Manager: the generated client logs metadata (our bearer token) at DEBUG.
 logging.getLogger("google.cloud.parametermanager_v1").setLevel(logging.WARNING)
@@ -64,4 +65,8 @@ class ParameterManager(SecretManager):
                 retry=None,
                 timeout=min(CALL_TIMEOUT, remaining),
             )
-        return Accessed(bytes(response.rendered_payload), str(response.parameter_version))
+        data = bytes(response.rendered_payload)
+        # Charged once received: a parameter version's payload is at most 1 MiB, and rendering
+        # adds at most the secrets it references (each 64 KiB).
+        await charge(len(data))
+        return Accessed(data, str(response.parameter_version))

@@ -59,8 +59,11 @@ class GcpBackend:
         self, plan: Plan, identity: Identity, refs: Sequence[Ref], ctx: FetchContext
     ) -> Mapping[Ref, Fetched]:
         token = await self._auth.access_token(identity, ctx)
-        results = await asyncio.gather(*(self._read(r, token, identity, ctx) for r in refs))
-        return dict(zip(refs, results, strict=True))
+        # Every answer is charged to the mount's budget and the bytes in flight (ReadBytes, by
+        # the client's calls); once spent, the reads still waiting are cancelled.
+        async with self._env.reads.fetch(identity.key) as held:
+            results = await held.gather(*(self._read(r, token, identity, ctx) for r in refs))
+        return {ref: _fetched(result) for ref, result in zip(refs, results, strict=True)}
 
     async def _read(
         self, ref: Ref, token: AccessToken, identity: Identity, ctx: FetchContext
@@ -110,6 +113,15 @@ class GcpBackend:
         await self._parameters.close()
         await self._endpoints.close()
         self._auth.close()
+
+
+def _fetched(result: Fetched | BaseException) -> Fetched:
+    """A read's outcome (`_read` returns its errors; anything raised is a bug, raised)."""
+    if isinstance(result, BridgeError):
+        return result
+    if isinstance(result, BaseException):
+        raise result
+    return result
 
 
 def create(env: BackendEnv[Options]) -> Backend[GcpStore, Ref]:

@@ -353,9 +353,11 @@ class ReadBytes:
         """One fetch's budget for the tenant of identity key `key`; on leaving, everything it
         was charged is given back, and a fetch that went over its budget raises its refusal."""
         budget = FetchBytes(self, namespace_of(key))
+        token = _fetching.set(budget)
         try:
             yield budget
         finally:
+            _fetching.reset(token)
             budget.close()
         if budget.refusal is not None:
             raise budget.refusal.with_traceback(None)
@@ -519,6 +521,33 @@ class FetchBytes:
         if not self._closed:
             self._closed = True
             self._pool._release(self)
+
+
+#: The fetch whose reads run in this context, for SDK clients that `charge` it without being
+#: handed it (their calls are many layers below the fetch; tasks inherit it as they start).
+_fetching: contextvars.ContextVar[FetchBytes | None] = contextvars.ContextVar(
+    "fetch_bytes", default=None
+)
+
+
+async def charge(size: int) -> None:
+    """Charge `size` bytes to the fetch this call runs for (`ReadBytes.fetch`), if any."""
+    held = _fetching.get()
+    if held is not None:
+        await held.charge(size)
+
+
+def answer_size(answer: object) -> int:
+    """The bytes of an SDK's parsed answer, for its charge: its strings' and bytes' lengths
+    and a few bytes per other value (the answer is the service's, and small: each store says
+    which bound it relies on where it charges)."""
+    if isinstance(answer, str | bytes | bytearray):
+        return len(answer)
+    if isinstance(answer, dict):
+        return sum(answer_size(k) + answer_size(v) for k, v in answer.items())
+    if isinstance(answer, list | tuple):
+        return sum(answer_size(v) for v in answer) + 8
+    return 16
 
 
 def over_budget(read: int, limit: int) -> LimitExceeded:
