@@ -51,6 +51,8 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import dataclasses
+import heapq
+import itertools
 import logging
 import sys
 import time
@@ -85,7 +87,7 @@ WARNED_CLASSES = 10_000
 POLL_SLACK = 1.25
 #: What one entry keeps alive beyond its values: the _Held, its key, the Lifetime and a store's
 #: handle (Vault's: the store, the token's clock), its claim (devkit/probes/held_memory.py).
-ENTRY_OVERHEAD = 2048
+ENTRY_OVERHEAD = 2304
 #: Values with more content than this are measured in a thread (walking a parsed answer of a few
 #: megabytes takes tens of milliseconds).
 MEASURE_INLINE = 256 * 1024
@@ -213,8 +215,11 @@ class Lifetimes:
         #: Revocations running or waiting out their grace (held here so that the loop does not
         #: collect them).
         self._releases: set[asyncio.Task[None]] = set()
-        #: Of those, the replaced credentials waiting out their grace (bounded: max_entries).
-        self._retiring: set[asyncio.Task[None]] = set()
+        #: Replaced credentials waiting out their grace: (when, serial, backend, lifetime), a
+        #: heap bounded by max_entries, with one task waiting for the earliest.
+        self._retiring: list[tuple[float, int, Renewing, Lifetime]] = []
+        self._serial = itertools.count()
+        self._retirer: asyncio.Task[None] | None = None
         metrics.credentials_held.set_function(lambda: len(self._held))
 
     def private(self, backend: str, refs: Sequence[Hashable]) -> frozenset[Hashable]:
@@ -489,35 +494,43 @@ class Lifetimes:
         if held is None:
             return
         self._count(held.backend.name, why)
-        self._revoke_later(held, 0.0)
+        self._revoke_now(held)
 
     def _retire(self, held: _Held, now: float) -> None:
         """A replaced credential: revoked after the grace, unless it ends sooner by itself."""
-        left = held.lifetime.end - now
-        if left <= self._replaced_grace:
-            return
-        if len(self._retiring) >= self._max_entries:
-            self._revoke_later(held, 0.0)  # bounded: the oldest grace is cut short instead
-            return
-        task = self._revoke_later(held, self._replaced_grace)
-        if task is not None:
-            self._retiring.add(task)
-            task.add_done_callback(self._retiring.discard)
-
-    def _revoke_later(self, held: _Held, delay: float) -> asyncio.Task[None] | None:
         backend = held.backend
-        if held.lifetime.kind != "lease" or not isinstance(backend, Renewing):
-            return None  # a certificate ends at its notAfter; there is nothing to revoke
-        task = asyncio.create_task(self._release(backend, held.lifetime, delay))
+        if not _revocable(held) or held.lifetime.end - now <= self._replaced_grace:
+            return
+        assert isinstance(backend, Renewing)
+        if len(self._retiring) >= self._max_entries:  # bounded: the oldest grace is cut short
+            _when, _n, oldest, lifetime = heapq.heappop(self._retiring)
+            self._revoke(oldest, lifetime)
+        when = now + self._replaced_grace
+        heapq.heappush(self._retiring, (when, next(self._serial), backend, held.lifetime))
+        if self._retirer is None or self._retirer.done():
+            self._retirer = asyncio.create_task(self._retire_due())
+
+    async def _retire_due(self) -> None:
+        """Revoke each replaced credential when its grace is over (one task for all)."""
+        while self._retiring:
+            await asyncio.sleep(max(0.0, self._retiring[0][0] - self._clock()))
+            now = self._clock()
+            while self._retiring and self._retiring[0][0] <= now:
+                _when, _n, backend, lifetime = heapq.heappop(self._retiring)
+                if now < lifetime.end:  # else it ended by itself meanwhile
+                    self._revoke(backend, lifetime)
+
+    def _revoke_now(self, held: _Held) -> None:
+        if _revocable(held):
+            assert isinstance(held.backend, Renewing)
+            self._revoke(held.backend, held.lifetime)
+
+    def _revoke(self, backend: Renewing, lifetime: Lifetime) -> None:
+        task = asyncio.create_task(self._release(backend, lifetime))
         self._releases.add(task)
         task.add_done_callback(self._releases.discard)
-        return task
 
-    async def _release(self, backend: Renewing, lifetime: Lifetime, delay: float) -> None:
-        if delay:
-            await asyncio.sleep(delay)
-            if self._clock() >= lifetime.end:
-                return  # it ended by itself meanwhile
+    async def _release(self, backend: Renewing, lifetime: Lifetime) -> None:
         now = self._clock()
         ctx = FetchContext.within(RELEASE_TIMEOUT, now, retries=False)
         name = getattr(backend, "name", "store")
@@ -551,13 +564,19 @@ class Lifetimes:
     async def close(self) -> None:
         """Stop sweeping (shutdown). Held leases are not revoked: the pods keep using them, and
         the replaced ones waiting out their grace end at their TTL."""
-        if self._sweeper is not None:
-            self._sweeper.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await self._sweeper
+        for task in (self._sweeper, self._retirer):
+            if task is not None:
+                task.cancel()
+                with contextlib.suppress(asyncio.CancelledError):
+                    await task
         for task in list(self._releases):
             task.cancel()
         await asyncio.gather(*self._releases, return_exceptions=True)
+
+
+def _revocable(held: _Held) -> bool:
+    """A lease of a store that revokes (a certificate ends at its notAfter: nothing to revoke)."""
+    return held.lifetime.kind == "lease" and isinstance(held.backend, Renewing)
 
 
 async def _size_of(fetched: Fetched) -> int:
