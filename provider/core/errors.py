@@ -168,6 +168,8 @@ class MountFailed(BridgeError):
 def _named(name: str, err: BridgeError) -> str:
     """`object 'x': cause`, without repeating the prefix when the cause already names it."""
     text = str(err)
+    if name and text.startswith(f"{name}: "):
+        return text  # a selector's failure, listed under its field (select[0])
     prefix = f"object {name!r}: "
     return text if text.startswith(prefix) else prefix + text
 

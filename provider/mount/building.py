@@ -34,7 +34,7 @@ from provider.core.files import (
 from provider.core.model import ObjectSpec, SecretValue
 from provider.core.versions import Versioner
 from provider.mount import templates, transforms
-from provider.mount.planning import Inputs, MountPlan, selects
+from provider.mount.planning import Inputs, MountPlan, failed_as, selects
 
 
 class Built(NamedTuple):
@@ -215,12 +215,6 @@ class Builder:
                 f"{DRIVER_RECV_BYTES}), which refuses larger answers "
                 "(over 1 MiB also breaks sync to a Kubernetes Secret)"
             )
-
-
-def failed_as(spec: ObjectSpec[Any]) -> str:
-    """What a failure is listed under: the object's name, or a selector's field (`select[0]`:
-    its name is its directory, empty at the volume's root)."""
-    return spec.field if selects(spec) else spec.name
 
 
 def _path_refused(spec: ObjectSpec[Any], value: SecretValue, problem: str) -> str:

@@ -25,7 +25,7 @@ from provider.core.model import FetchContext, Fetched, Identity, ObjectSpec, Pod
 from provider.core.model import SecretValue as Value
 from provider.mount.fetching import Fetcher
 from provider.mount.lifetimes import Owner
-from provider.mount.planning import Inputs, MountPlan
+from provider.mount.planning import Inputs, MountPlan, failed_as
 from provider.mount.reads import StoreRead
 from provider.mount.stores import Fallback, NamedStore
 
@@ -130,10 +130,10 @@ async def gather(
             elif isinstance(result, NotFound) and spec.transforms.optional:
                 _absent(gathered, spec, index, sources)
             elif isinstance(result, BridgeError):
-                gathered.failures.append((spec.name, _in_store(s, spec.name, result)))
+                gathered.failures.append((failed_as(spec), _in_store(s, spec.name, result)))
             elif not result and not spec.transforms.optional:
                 error = NotFound(f"{spec.field}: no secret matches it (optional: false)")
-                gathered.failures.append((spec.name, _in_store(s, spec.name, error)))
+                gathered.failures.append((failed_as(spec), _in_store(s, spec.name, error)))
             else:
                 gathered.values[(index, spec.ref)] = result
                 inputs.append((spec, (index, spec.ref)))
@@ -260,7 +260,9 @@ def _use_fallback(
         return
     if isinstance(result, BridgeError):
         text = f"{not_found}; its fallback in {other.label}: {result}"
-        gathered.failures.append((spec.name, _in_store(store, spec.name, _restated(result, text))))
+        gathered.failures.append(
+            (failed_as(spec), _in_store(store, spec.name, _restated(result, text)))
+        )
         return
     log.info(
         "object read from its fallback store",

@@ -226,6 +226,12 @@ def selects(spec: ObjectSpec[Any]) -> bool:
     return spec.field.startswith(SELECT + "[")
 
 
+def failed_as(spec: ObjectSpec[Any]) -> str:
+    """What a failure is listed under: the object's name, or a selector's field (`select[0]`:
+    its name is its directory, empty at the volume's root)."""
+    return spec.field if selects(spec) else spec.name
+
+
 def _with_selectors(
     params: Mapping[str, str], plan: MountPlan, max_objects: int, strict: bool
 ) -> MountPlan:

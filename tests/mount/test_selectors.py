@@ -65,6 +65,14 @@ async def test_an_empty_selection_is_no_error_unless_asked(tmp_path: Path) -> No
     with pytest.raises(MountFailed, match=r"select\[0\]: no secret matches it") as info:
         await h.files([PLAIN], select=strict)
     assert isinstance(info.value.failures[0][1], NotFound)
+    # Listed under its field, said once: not `object '': select[0]: ...` (a selector at the
+    # volume's root has no directory to be named by).
+    assert info.value.failures[0][0] == "select[0]"
+    root = select({"prefix": "none/", "optional": "false"})
+    with pytest.raises(MountFailed) as info:
+        await h.files([PLAIN], select=root)
+    assert str(info.value).startswith("select[0]: no secret matches it"), str(info.value)
+    assert "object ''" not in str(info.value) and "object 'select[0]'" not in str(info.value)
 
 
 async def test_a_selection_over_max_objects_is_refused_naming_the_count(tmp_path: Path) -> None:
