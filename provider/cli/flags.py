@@ -434,6 +434,7 @@ def settings_from_args(args: argparse.Namespace) -> ServeSettings:
         strict_parameters=args.strict_parameters,
         enable_fake_backend=args.enable_fake_backend,
         kube_api_url=args.kube_api_url,
+        aws_sts_endpoint=getattr(args, "aws__sts_endpoint", None) or None,
     )
     options = {
         name: options_from_args(args, name, registry.options_class(name))

@@ -20,6 +20,7 @@ from provider.core.backend import AnyBackend
 from provider.core.boundedyaml import yaml_node_budget
 from provider.core.errors import InvalidParameters, MountFailed
 from provider.core.files import File, ObjectVersion
+from provider.core.identity import pod_named
 from provider.core.limits import WorkShares
 from provider.core.memo import Memo
 from provider.core.model import FetchContext, ObjectSpec, Pod, SecretValue, Source
@@ -299,11 +300,12 @@ def _announce_absent(plan: MountPlan, absent: Sequence[ObjectSpec[Any]], pod: Po
 
 
 def _where(plan: MountPlan, reads: Sequence[StoreRead], pod: Pod) -> str:
-    """Who a failed mount read as: the store and identity of a one-store class; the pod, for a
-    class of several stores (each failure names its store)."""
+    """Whose mount failed: the pod and its service account (the identity every store reads
+    as), after the store of a one-store class (a class of several names the store in each
+    failure)."""
     if plan.named:
-        return pod.subject
-    return f"{reads[0].store}, {reads[0].identity.subject}"
+        return f"pod {pod_named(pod)}"
+    return f"{reads[0].store}, pod {pod_named(pod)}"
 
 
 def _with_served(

@@ -103,7 +103,9 @@ async def test_a_refused_huge_class_is_bounded_to_the_driver_and_in_the_log(
     message = details[0]
     assert wire_bytes(message) <= MAX_MESSAGE_BYTES
     assert message.startswith("100 objects failed: object 'o0': fake store: no secret at '0-ppp")
-    assert message.endswith("; and 97 more objects (fake, tenant-b/app)")
+    assert message.endswith(
+        "; and 97 more objects (fake, pod tenant-b/attacker-0 (service account app))"
+    )
     # One line for the volume's 20 identical failures (the rest counted), itself bounded.
     failed = [line for line in lines_of(buffer) if line["msg"] == "mount failed"]
     assert len(failed) == 1 and failed[0]["error"] == message

@@ -76,7 +76,7 @@ async def test_mixed_failures_report_the_actionable_code(tmp_path: Path) -> None
         await h.mounter.mount(h.request(objects))
     assert info.value.code == Status.NOT_FOUND
     assert "'down'" in str(info.value) and "'gone'" in str(info.value)
-    assert "fake, default/app" in str(info.value)
+    assert "(fake, pod default/app-0 (service account app))" in str(info.value)
 
 
 async def test_serve_stale_covers_a_store_outage_only(tmp_path: Path) -> None:
