@@ -110,7 +110,8 @@ class Metrics:
             "Credentials with a lifetime by backend and event: issued (a pod's first), reused "
             "(answered again at a poll), renewed, renew_failed, reissued (replaced after its "
             "renewal point), expired, idle (its pod stopped polling), evicted (table full), "
-            "revoked, revoke_refused",
+            "unheld (answered but not held: no room without evicting a namespace holding less), "
+            "revoked, revoke_refused (an idle, evicted or replaced credential's lease)",
             ["backend", "event"],
             registry=r,
         )

@@ -70,7 +70,7 @@ class MountPlan:
 
     def owner(self, pod: Pod) -> Owner:
         """Who the credentials with a lifetime this class yields are held for."""
-        return Owner(pod.uid, pod.namespace, self.renew_at)
+        return Owner(pod.uid, pod.namespace, self.renew_at, label=self.class_name)
 
     @property
     def named(self) -> bool:
