@@ -36,7 +36,15 @@ import yarl
 from backends import nodefiles
 from backends.proxies import Proxies, proxied_requests, proxy_failure
 from backends.vault.dialect import TLSConfig
-from backends.wire import MAX_SESSIONS, Charge, Resolver, SessionPool, origin, read_capped
+from backends.wire import (
+    MAX_SESSIONS,
+    MAX_SMALL_BODY,
+    Charge,
+    Resolver,
+    SessionPool,
+    origin,
+    read_capped,
+)
 from provider.core.calls import attempt_cutoff
 from provider.core.errors import (
     BridgeError,
@@ -135,8 +143,10 @@ class Reply:
 
     def errors(self) -> str:
         """Vault's known error messages in its errors (or warnings), as our own phrases; the
-        body itself is logged at DEBUG, redacted, and never relayed."""
-        payload = self.json()
+        body itself is logged at DEBUG, redacted, and never relayed. An error answer over
+        MAX_SMALL_BODY is not parsed: Vault's errors are a few lines, and parsing a hostile
+        server's megabytes on the event loop would stall every tenant (issue 40, item 3)."""
+        payload = self.json() if len(self.body) <= MAX_SMALL_BODY else {}
         texts = payload.get("errors") or payload.get("warnings") or []
         if not isinstance(texts, list):
             texts = [texts]

@@ -38,8 +38,8 @@ def is_stale(result: object) -> bool:
 
 
 #: What one held value keeps alive besides its strings: the SecretValue and its dict, its
-#: DataAt, its place in the entry's list (measured with tracemalloc: about 320 bytes).
-VALUE_OVERHEAD = 400
+#: DataAt, the entry's list (measured with tracemalloc: 320 to 610 bytes).
+VALUE_OVERHEAD = 1024
 #: A parsed view held beside the content (`SecretValue.data` other than DataAt: no store
 #: keeps one now) keeps several times the content alive: a map of short keys about 9 times.
 PARSED_FACTOR = 10
