@@ -84,6 +84,13 @@ def many_values(address: str) -> dict[str, str]:
     return _params("attacker", address, objects=yaml.safe_dump(objects))
 
 
+def many_values_extracted(address: str) -> dict[str, str]:
+    """As many_values, with a key extracted from it: the answer is parsed again to build the
+    file (transforms), not only when read."""
+    objects = [{"objectName": "one", "secretPath": "kv1/attack/keys/one?n={n}", "secretKey": "n"}]
+    return _params("attacker", address, objects=yaml.safe_dump(objects))
+
+
 def selecting(address: str, path: str = "kv1/attack/sel") -> dict[str, str]:
     return _params("attacker", address, select=yaml.safe_dump([{"path": path}]))
 

@@ -147,6 +147,7 @@ def build_mounter(
         max_response_bytes=core.max_response_bytes,
         strict_parameters=core.strict_parameters,
         refresh_bounds=RefreshBounds(core.min_refresh_interval, core.max_refresh_interval),
+        shares=backends.work,
     )
     return mounter, backends
 
