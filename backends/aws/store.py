@@ -25,13 +25,22 @@ from backends.aws.refs import AwsRef, AwsSelection, AwsStore, Ref
 from provider.core.backend import Backend, BackendEnv, Dialect
 from provider.core.caching import ExpiringCache
 from provider.core.errors import BridgeError, PermissionDenied
-from provider.core.limits import FetchBytes
-from provider.core.model import FetchContext, Fetched, Identity, Pod, SecretValue, StorePlan
+from provider.core.limits import FetchBytes, namespace_of
+from provider.core.model import (
+    FetchContext,
+    Fetched,
+    Identity,
+    Pod,
+    SecretValue,
+    StorePlan,
+    values_size,
+)
 from provider.core.selection import Selecting
 
-#: Bounds of the values held for revalidation (they live in memory only).
+#: Bounds of the values held for revalidation (they live in memory only; a Secrets Manager
+#: value is at most 64 KiB), counted by what each keeps alive and shared fairly by namespace.
 HELD_ENTRIES = 10_000
-HELD_BYTES = 64 * 1024 * 1024
+HELD_BYTES = 16 * 1024 * 1024
 
 Plan = StorePlan[AwsStore, Ref]
 
@@ -49,8 +58,9 @@ class AwsBackend:
         self._held: ExpiringCache[tuple[SecretValue, int]] = ExpiringCache(
             max_entries=HELD_ENTRIES,
             max_bytes=HELD_BYTES,
-            size_of=lambda held: len(held[0].content),
+            size_of=lambda held: values_size((held[0],)),
             on_event=self._revalidations,
+            tenant_of=namespace_of,
         )
         #: (identity key, ref) whose DescribeSecret was denied: not revalidated for a while.
         self._undescribable: ExpiringCache[bool] = ExpiringCache(max_entries=HELD_ENTRIES)

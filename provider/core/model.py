@@ -218,6 +218,28 @@ class DataAt:
     path: tuple[str, ...]
 
 
+#: What one held value keeps alive besides its strings: the SecretValue and its dict, its
+#: DataAt, the entry's list (measured with tracemalloc: 320 to 610 bytes).
+VALUE_OVERHEAD = 1024
+#: A parsed view held beside the content (`SecretValue.data` other than DataAt: no store
+#: keeps one now) keeps several times the content alive: a map of short keys about 9 times.
+PARSED_FACTOR = 10
+
+
+def values_size(values: Sequence[SecretValue]) -> int:
+    """What a cache entry of `values` counts against its byte bound: what the entry keeps
+    alive (issue 40, item 2), not only the contents."""
+    return sum(_value_size(v) for v in values)
+
+
+def _value_size(value: SecretValue) -> int:
+    size = len(value.content) + len(value.version or "") + len(value.suffix)
+    size += len(value.version_id or "") + VALUE_OVERHEAD
+    if value.data is not None and not isinstance(value.data, DataAt):
+        size += PARSED_FACTOR * len(value.content)
+    return size
+
+
 @runtime_checkable
 class Describable(Protocol):
     """A store's frozen settings or ref that can name itself for the audit trail."""

@@ -30,11 +30,11 @@ from provider.core.caching import ExpiringCache
 from provider.core.errors import BridgeError, DeadlineExceeded, NotFound
 from provider.core.limits import FetchSlots, RateLimiter, namespace_of
 from provider.core.metrics import Metrics
-from provider.core.model import FetchContext, Fetched, SecretValue, Source
+from provider.core.model import FetchContext, Fetched, SecretValue, Source, values_size
 from provider.mount.lifetimes import Lifetimes, Owner
 from provider.mount.loads import Joined, Loads
 from provider.mount.reads import StoreRead
-from provider.mount.stale import Key, LastGood, is_stale, values_size
+from provider.mount.stale import Key, LastGood, is_stale
 
 #: The provider's own budget for a shared load: the kubelet's NodePublish deadline.
 LOAD_BUDGET = 120.0
@@ -42,6 +42,11 @@ LOAD_BUDGET = 120.0
 RESTART_MIN = 0.5
 #: Fresh loads one caller may start after shared ones ran out of time.
 MAX_ROUNDS = 3
+#: Bytes the value cache, the stale copies and the held credentials may each keep alive: with
+#: the AWS revalidation cache (16 MiB) and the answers built from them (16 MiB), what one
+#: namespace can make the provider hold at rest stays well under the DaemonSet's 256 MiB
+#: (SECURITY.md, "What stays in memory").
+VALUE_BYTES = 32 * 1024 * 1024
 #: Bytes a held "not found" keeps alive besides its message (the error object, its key and
 #: the cache entry).
 ABSENT_OVERHEAD = 600
@@ -85,7 +90,7 @@ class Fetcher:
         max_concurrent_fetches_per_namespace: int = 16,
         rate_limits: Mapping[str, float] | None = None,
         max_entries: int = 10_000,
-        max_bytes: int = 64 * 1024 * 1024,
+        max_bytes: int = VALUE_BYTES,
         load_budget: float = LOAD_BUDGET,
         renew_at: float = 2 / 3,
         lease_idle_after: float = 600.0,

@@ -189,7 +189,7 @@ class Lifetimes:
         renew_at: float = 2 / 3,
         idle_after: float = 600.0,
         max_entries: int = 10_000,
-        max_bytes: int = 64 * 1024 * 1024,
+        max_bytes: int = 32 * 1024 * 1024,
         min_renew_interval: float = 300.0,
         replaced_grace: float = 300.0,
         clock: Callable[[], float] = time.monotonic,

@@ -47,7 +47,7 @@ PlanKey = frozenset[tuple[str, str]]
 PARSE_SHARE = 1.0
 PARSE_WINDOW = 10.0
 #: File bytes the memoized answers may hold in all (each is at most --max-response-bytes).
-ANSWER_CACHE_BYTES = 32 * 1024 * 1024
+ANSWER_CACHE_BYTES = 16 * 1024 * 1024
 
 
 @dataclass(frozen=True)

@@ -10,8 +10,7 @@ import tracemalloc
 
 from backends.vault.client import Reply
 from backends.vault.store import _value
-from provider.core.model import ObjectSpec, Transforms
-from provider.mount.stale import values_size
+from provider.core.model import ObjectSpec, Transforms, values_size
 from provider.mount.transforms import apply
 
 
