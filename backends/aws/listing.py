@@ -1,15 +1,15 @@
-"""The AWS selections (docs/selectors.md): list with metadata, read only what changed.
+"""The AWS selections (docs/selectors.md): list with metadata, then read every listed secret.
 
 Secrets Manager: ListSecrets (100 a page) narrowed by AWS's filters — the name prefix, one tag
 key and one tag value, each a prefix match, several filters ANDed, and a tag key and a tag value
 matched on any tags, not as a pair — so every tag is checked exactly on the listing's own `Tags`.
-The marker is the AWSCURRENT version id; the changed secrets are read with BatchGetSecretValue
-(20 a call), or with GetSecretValue each when the role may not call it (remembered a while).
+The marker is the AWSCURRENT version id (the value's version); the secrets are read with
+BatchGetSecretValue (20 a call), or with GetSecretValue each when the role may not call it
+(remembered a while).
 
-SSM: DescribeParameters (50 a page, no values) marks each parameter with its version and the
-changed ones are read with GetParameters (10 a call, decrypted): an unchanged poll costs one
-listing call per 50 parameters and decrypts nothing, where GetParametersByPath (10 a page, every
-value decrypted) costs one per 10 on every poll. ssm:DescribeParameters cannot be scoped to a
+SSM: DescribeParameters (50 a page, no values) marks each parameter with its version, and they
+are read with GetParameters (10 a call, decrypted); GetParametersByPath (10 a page, every value
+decrypted) would list and read in one. ssm:DescribeParameters cannot be scoped to a
 path, so a role without it gets GetParametersByPath instead (remembered a while).
 
 Listing is bounded: refused past the selection's limit, and after that many pages plus a few

@@ -5,7 +5,7 @@ Manager refs concurrently (both under one per-backend concurrency limit), and an
 Secrets Manager values are remembered for --revalidate-max-age: a repeat fetch within that age
 asks DescribeSecret which version the object names now, and returns the remembered value when it
 is unchanged (DescribeSecret has four times GetSecretValue's quota and returns no secret).
-Selections (`select`) list with metadata and read only what changed (backends/aws/listing.py).
+Selections (`select`) list with metadata and read every listed secret (backends/aws/listing.py).
 """
 
 from __future__ import annotations

@@ -5,7 +5,7 @@ cached in `env.credentials`; the SDK credential inside keeps its Entra token unt
 before it expires, so a rollout of many pods with one service account logs in once.
 
 A selection (`select`) is the vault's listing, matched as it arrives (listing.py), and a GET of
-each matched secret whose marker moved since that identity's last poll (`Selections`).
+each matched secret, as the pod, at every poll past the class's reuse window (`Selections`).
 """
 
 from __future__ import annotations
@@ -92,7 +92,7 @@ class AzureBackend:
     async def _select(
         self, reader: VaultReader, selection: AzureSelection, identity_key: str
     ) -> Fetched:
-        """The listing (one GET a page), then a GET of each secret whose marker moved."""
+        """The listing (one GET a page), then a GET of each matched secret."""
         found = await listing.listed(reader, selection)
 
         async def read(changed: Sequence[Listed]) -> dict[Hashable, SecretValue | BridgeError]:

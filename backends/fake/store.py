@@ -93,7 +93,7 @@ class FakeBackend:
         self.renewals: dict[str, int] = {}
         self.revoked: list[str] = []
         self._serial = itertools.count(1)
-        #: What each identity's selections held at its last poll.
+        #: Reads each selection's listed secrets (and counts them).
         self.selections = Selections()
 
     async def identify(self, plan: Plan, pod: Pod) -> Identity:

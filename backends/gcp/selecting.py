@@ -2,11 +2,11 @@
 
 ListSecrets carries no version, so each secret's change marker costs a call of its own: its
 newest enabled version's name, from ListSecretVersions (newest first, `state:ENABLED`, one per
-page). Only the secrets whose marker moved since the identity's last poll are read, with
-AccessSecretVersion of that exact version (provider/core/selection.py). For N secrets a poll
-costs ceil(N / LIST_PAGE) ListSecrets + N ListSecretVersions, + k AccessSecretVersion when k
-changed (BENCHMARKS.md). Both listings count against Secret Manager's read quota, not the far
-larger access quota.
+page). Every listed secret is then read, as the pod, with AccessSecretVersion of that exact
+version (provider/core/selection.py: a listing proves leave to list, not to read). For N
+secrets a poll past the class's reuse window costs ceil(N / LIST_PAGE) ListSecrets + N
+ListSecretVersions + N AccessSecretVersion (docs/selectors.md). Both listings count against
+Secret Manager's read quota, not the far larger access quota.
 
 Google's `name:` filter is a substring match, so the listing can carry more than the selector
 takes: each secret is checked against the prefix and labels here, and the pages are bounded
@@ -58,7 +58,7 @@ def max_pages(limit: int) -> int:
 
 
 class SecretSelector:
-    """Answers selection refs; `selections` holds each identity's markers and values."""
+    """Answers selection refs; `selections` reads each listed secret."""
 
     def __init__(
         self, env: BackendEnv[Options], secrets: SecretManager, limit: asyncio.Semaphore

@@ -8,14 +8,15 @@ ask. The answer is kept per identity and path for MOUNT_TTL.
 The listing, one LIST (`GET ...?list=true`) per folder (the folders of one level at once), paged
 with OpenBao's `limit`/`after` (servers without them answer everything in one page):
 - KV v2 on OpenBao: `LIST <mount>/detailed-metadata/<folder>/` names each secret with its
-  metadata, so the change marker (`current_version` and the metadata's `updated_time`) comes
-  with the listing: a poll reads again only the secrets whose marker moved
-  (provider/core/selection.py), and skips deleted or destroyed versions without reading them.
+  metadata, so each secret's version (`current_version` and the metadata's `updated_time`)
+  comes with the listing, and deleted or destroyed versions are left out without a read; every
+  listed secret is read as the pod at every poll past the class's reuse window (a listing
+  proves leave to list, not to read: provider/core/selection.py).
 - KV v2 where that listing is refused (HashiCorp Vault has none; a policy that grants `list`
   on `<mount>/metadata/` only): `LIST <mount>/metadata/<folder>/`, then every secret is read at
   every poll. Reading each secret's metadata for its version would cost as many calls as
-  reading the secret itself, so it is read directly (a log line says which grant makes polls
-  cheap).
+  reading the secret itself, so it is read directly (a log line says which grant leaves
+  deleted versions out without a read).
 - KV v1 has no versions: `LIST <folder>/`, then every secret is read at every poll.
 
 Bounds: at most `limit` secrets (refused past it, while listing, never holding more than one
@@ -126,7 +127,7 @@ async def _all(coros: Sequence[Awaitable[T]]) -> list[T]:
 
 
 class KVSelector:
-    """A backend's selections: mounts known per identity, secrets held per selection."""
+    """A backend's selections: mounts known per identity, and the selections' reads."""
 
     def __init__(self) -> None:
         self._mounts: Memo[tuple[str, str], tuple[KVMount, float]] = Memo(HELD_MOUNTS, HELD_MOUNTS)
@@ -149,7 +150,7 @@ class KVSelector:
         if isinstance(found, _Refused):
             log.info(
                 "listing %s with its metadata is not granted to %s: each of its secrets is read "
-                "at every poll; grant list on %s for polls that read only changed secrets",
+                "at every poll; grant list on %s to leave deleted versions out without a read",
                 sel.path,
                 who,
                 mount.listing(sel.path[len(mount.path) + 1 :]) + "*",
