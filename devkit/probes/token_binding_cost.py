@@ -9,6 +9,7 @@ pay it.
 
 from __future__ import annotations
 
+import argparse
 import json
 import statistics
 import timeit
@@ -43,6 +44,7 @@ def skipped(pod: Pod, where: str) -> None:
 
 
 def main() -> None:
+    argparse.ArgumentParser(description=__doc__.split("\n\n")[0]).parse_args()
     attrs = request()
     # The module's own name for the check, swapped for a no-op between rounds.
     names = vars(attributes)
