@@ -38,10 +38,13 @@ lint: install
 # The suite on every core (pytest-xdist; JOBS=0 runs it in this process). Each worker starts its
 # own session servers (OpenBao, moto, ...) on ports the kernel picks; a module's tests stay on one
 # worker (loadscope), so module fixtures start once. The soaks (marker `bench`) are left out by
-# pyproject's addopts: `make soak` runs them.
+# pyproject's addopts: `make soak` runs them. The tests that measure latency while the provider
+# is under attack (marker `serial`) run afterwards in one process, with no other worker beside
+# them on the two cores.
 JOBS ?= auto
 test: install tools lint
-	deploy/timed.sh pytest $(BIN)/pytest -q -n $(JOBS) --dist loadscope
+	deploy/timed.sh pytest $(BIN)/pytest -q -n $(JOBS) --dist loadscope -m "not bench and not serial"
+	deploy/timed.sh "pytest -m serial" $(BIN)/pytest -q -m "serial and not bench"
 
 soak: install tools
 	deploy/timed.sh "pytest -m bench" $(BIN)/pytest -q -m bench -n $(JOBS) --dist loadscope

@@ -532,7 +532,7 @@ RULES: list[Rule] = [
         Covered(("tests/deploy/test_deploy_dockerfile.py::test_make_install_installs_the_lock",)),
     ),
     Rule(
-        r"make (test|lint)",
+        r"make (test|lint)( JOBS=0)?|make soak",
         Covered(
             (
                 "tests/deploy/test_deploy_dockerfile.py::test_make_install_installs_the_lock",
@@ -632,6 +632,12 @@ RULES: list[Rule] = [
     ),
     Rule(r"secrets-bridge bench --socket \$\w+/.*", Parses()),
     Rule(r"\.venv/bin/pytest -q -s tests/\S+\.py", Parses("a measurement printed by the test")),
+    Rule(
+        r"\.venv/bin/pytest -q -m bench",
+        Covered(
+            (f"{THIS}::test_the_make_targets_the_docs_name_run_what_they_say",), why="make soak"
+        ),
+    ),
     Rule(r"devkit/probes/\w+\.sh( \S+)?", Parses("every figure at once: an hour and more")),
     # --- need what this machine does not have ---
     Rule(
@@ -892,3 +898,8 @@ def test_the_make_targets_the_docs_name_run_what_they_say() -> None:
     test = recipe("test")
     assert test.split("\n")[0].split() == ["install", "tools", "lint"]
     assert "$(BIN)/pytest" in test
+    # Every core, then the latency tests alone; the soaks left to `make soak`.
+    assert "-n $(JOBS)" in test and '-m "not bench and not serial"' in test, test
+    assert '-m "serial and not bench"' in test, test
+    assert "-m bench" in recipe("soak")
+    assert re.search(r"^JOBS \?= auto$", makefile, flags=re.M)

@@ -23,6 +23,9 @@ from devkit.testing import driver_request
 from devkit.tokens import SigningKey
 from provider.core.settings import CoreSettings
 
+#: Latency under load: run alone after the parallel run (Makefile, `make test`).
+pytestmark = pytest.mark.serial
+
 OBJECTS = [
     {"objectName": f"o{i}", "secretPath": f"secret/data/a/s{i}", "secretKey": "pw"}
     for i in range(3)

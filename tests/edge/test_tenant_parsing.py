@@ -19,6 +19,9 @@ import yaml
 from devkit.serving import Provider
 from devkit.testing import driver_request
 
+#: Latency under load: run alone after the parallel run (Makefile, `make test`).
+pytestmark = pytest.mark.serial
+
 VICTIM = {"backend": "fake", "objects": yaml.safe_dump([{"objectName": "api-key"}])}
 
 

@@ -143,12 +143,13 @@ async def test_amplification_is_refused_before_allocating(
 
 async def test_extract_has_a_step_budget(harness: Harness) -> None:
     harness.write({"secrets": {"list": json.dumps(list(range(MAX_EXTRACT_STEPS // 2)))}})
-    started = time.perf_counter()
+    # CPU time, not wall time: what the budget bounds, whatever else the machine runs.
+    started = time.process_time()
     with pytest.raises(MountFailed) as info:
         await harness.files(
             [{"objectName": "o", "secretPath": "list", "extract": "[*].to_string(@)"}]
         )
-    assert time.perf_counter() - started < 2
+    assert time.process_time() - started < 2
     assert isinstance(cause(info.value), LimitExceeded)
     assert f"needs more than {MAX_EXTRACT_STEPS} evaluation steps" in str(info.value)
 
@@ -313,7 +314,7 @@ async def test_a_refused_class_is_parsed_once(
 async def test_worst_class_within_the_limits_parses_quickly(harness: Harness) -> None:
     """256 KiB of `[1,1,...]` took 3 s of event loop to parse; the node budget stops it."""
     flood = "[" + ",".join(["1"] * (128 * 1024 - 1)) + "]"
-    started = time.perf_counter()
+    started = time.process_time()  # CPU time: the parse's own cost under any load
     with pytest.raises(InvalidParameters, match="YAML values"):
         await harness.mounter.mount(harness.request([], templates=flood))
-    assert time.perf_counter() - started < 1.0
+    assert time.process_time() - started < 1.0

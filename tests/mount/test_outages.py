@@ -33,6 +33,9 @@ from provider.core.model import (
 from provider.mount.fetching import Fetcher
 from provider.mount.reads import StoreRead
 
+#: Latency under load: run alone after the parallel run (Makefile, `make test`).
+pytestmark = pytest.mark.serial
+
 PLAN: StorePlan[str, str] = StorePlan(backend="hang", store="s", objects=())
 #: The test store has no flags of its own.
 NO_OPTIONS: dict[str, Any] = {}

@@ -15,6 +15,9 @@ from devkit.openbao import OpenBao
 from devkit.served_process import ProviderProcess, provider_process
 from devkit.tokens import SigningKey
 
+#: Latency under load: run alone after the parallel run (Makefile, `make test`).
+pytestmark = pytest.mark.serial
+
 #: The DaemonSet's memory limit is 256 MiB; the provider serves in about 60 MiB.
 PEAK_MIB = 192
 
