@@ -94,7 +94,8 @@ def test_failed_in_process_mounts_under_load_are_one_line_each(tmp_path: Path) -
             "secrets-bridge mount: mount failed: NOT_FOUND: 4 objects failed: object "
             "'db.json': fake store: no secret at 'db-creds'; object 'db-password': fake store: "
             "no secret at 'db-creds'; object 'api-key': fake store: no secret at 'api-key'; "
-            "object 'tls.crt': fake store: no secret at 'tls-cert-b64' (fake, default/default)"
+            "object 'tls.crt': fake store: no secret at 'tls-cert-b64' (fake, pod "
+            "default/secrets-bridge-mount (service account default))"
         ]
 
 
