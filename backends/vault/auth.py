@@ -146,8 +146,8 @@ def login_doing(store: VaultStore, identity: Identity) -> str:
         f"{credential.describe()}, " if isinstance(credential, AwsPod | GcpPod | AzurePod) else ""
     )
     return (
-        f"login of {identity.subject} to Vault at {store.address} as role {store.role!r} "
-        f"via auth/{store.mount} ({store.method} method, {cloud}token audience "
+        f"login of service account {identity.subject} to Vault at {store.address} as role "
+        f"{store.role!r} via auth/{store.mount} ({store.method} method, {cloud}token audience "
         f"{store.audience!r}" + (f", namespace {store.namespace!r})" if store.namespace else ")")
     )
 
