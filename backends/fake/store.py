@@ -33,11 +33,9 @@ from collections.abc import Hashable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-import yaml
-
 from backends.fake import dialect
 from backends.fake.dialect import FakeSelection, FakeStore, Ref
-from backends.fake.options import Options
+from backends.fake.options import Options, load_store_file
 from provider.core.backend import Backend, BackendEnv, Dialect
 from provider.core.errors import (
     BridgeError,
@@ -237,12 +235,10 @@ class FakeBackend:
         stamp = (st.st_mtime, st.st_size)
         if stamp != self._stamp:
             try:
-                with open(self._file, encoding="utf-8") as fh:
-                    loaded = yaml.safe_load(fh) or {}
-            except (OSError, yaml.YAMLError) as exc:
-                raise _config_error(self._file, exc) from None
-            if not isinstance(loaded, dict):
-                raise InvalidParameters(f"--fake-store-file {self._file}: expected a YAML map")
+                loaded = load_store_file(self._file)
+            except InvalidParameters as exc:
+                # Broken after start (checked then): the same line as at start, on the mount.
+                raise StoreUnavailable(str(exc)) from None
             self._data, self._stamp = loaded, stamp
         return self._data
 

@@ -225,3 +225,17 @@ async def test_an_expired_value_is_read_again(tmp_path: Path) -> None:
     result = await h.mounter.mount(h.request(OBJECTS))
     assert {f.path: f.contents for f in result.files}["b"] == b"v2"
     assert h.fake.reads == {"s": 2}
+
+
+async def test_a_store_file_broken_after_start_is_one_line_naming_where(tmp_path: Path) -> None:
+    # The same line `serve` gives at start (issue 41, defect 2), not the parser's type name.
+    from provider.core.errors import Status, StoreUnavailable
+
+    h = Harness(tmp_path)
+    h.store_file.write_text("secrets:\n  a: [1\n")
+    with pytest.raises(StoreUnavailable) as info:
+        await h.mounter.mount(h.request(OBJECTS[:1]))
+    assert info.value.code == Status.UNAVAILABLE
+    message = str(info.value)
+    assert f"--fake-store-file {h.store_file}: not valid YAML" in message, message
+    assert "line 3" in message and "\n" not in message, message
