@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import sys
 from collections.abc import Callable, Hashable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Generic, Literal, Protocol, TypeVar, runtime_checkable
@@ -221,23 +222,40 @@ class DataAt:
 #: What one held value keeps alive besides its strings: the SecretValue and its dict, its
 #: DataAt, the entry's list (measured with tracemalloc: 320 to 610 bytes).
 VALUE_OVERHEAD = 1024
-#: A parsed view held beside the content (`SecretValue.data` other than DataAt: no store
-#: keeps one now) keeps several times the content alive: a map of short keys about 9 times.
-PARSED_FACTOR = 10
 
 
 def values_size(values: Sequence[SecretValue]) -> int:
     """What a cache entry of `values` counts against its byte bound: what the entry keeps
     alive (issue 40, item 2), not only the contents."""
-    return sum(_value_size(v) for v in values)
+    seen: set[int] = set()
+    return sum(_value_size(v, seen) for v in values)
 
 
-def _value_size(value: SecretValue) -> int:
+def _value_size(value: SecretValue, seen: set[int]) -> int:
     size = len(value.content) + len(value.version or "") + len(value.suffix)
-    size += len(value.version_id or "") + VALUE_OVERHEAD
-    if value.data is not None and not isinstance(value.data, DataAt):
-        size += PARSED_FACTOR * len(value.content)
-    return size
+    return size + len(value.version_id or "") + VALUE_OVERHEAD + parsed_size(value.data, seen)
+
+
+def parsed_size(data: object, seen: set[int]) -> int:
+    """What a parsed view held beside the content keeps alive (`SecretValue.data` other than
+    DataAt, which no store keeps now: a map of short keys is about 9 times its text):
+    sys.getsizeof over its dicts, lists and scalars, each object once (`seen`)."""
+    if data is None or isinstance(data, DataAt):
+        return 0
+    total = 0
+    stack = [data]
+    while stack:
+        obj = stack.pop()
+        if obj is None or isinstance(obj, bool) or id(obj) in seen:
+            continue
+        seen.add(id(obj))
+        total += sys.getsizeof(obj)
+        if isinstance(obj, dict):
+            stack.extend(obj.keys())
+            stack.extend(obj.values())
+        elif isinstance(obj, list | tuple):
+            stack.extend(obj)
+    return total
 
 
 @runtime_checkable

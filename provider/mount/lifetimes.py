@@ -70,6 +70,7 @@ from provider.core.model import (
     SecretValue,
     Source,
     lifetime_of,
+    parsed_size,
 )
 from provider.mount.reads import StoreRead
 
@@ -152,25 +153,7 @@ def kept_size(values: Sequence[SecretValue]) -> int:
     total = ENTRY_OVERHEAD
     for value in values:
         total += sys.getsizeof(value) + sys.getsizeof(value.content)
-        total += _deep_size(value.data, seen)
-    return total
-
-
-def _deep_size(root: object, seen: set[int]) -> int:
-    """sys.getsizeof over a parsed answer (dicts, lists, scalars), each object once."""
-    total = 0
-    stack = [root]
-    while stack:
-        obj = stack.pop()
-        if obj is None or isinstance(obj, bool) or id(obj) in seen:
-            continue
-        seen.add(id(obj))
-        total += sys.getsizeof(obj)
-        if isinstance(obj, dict):
-            stack.extend(obj.keys())
-            stack.extend(obj.values())
-        elif isinstance(obj, list | tuple):
-            stack.extend(obj)
+        total += parsed_size(value.data, seen)
     return total
 
 
