@@ -252,8 +252,10 @@ class Fetcher:
             if window > 0:
                 key = read.key(ref)
                 cached = self._cache.get(key, window)
-                if cached is None and len(self._absent) and ref in _optional(read):
-                    cached = self._absent.get(key, window)
+                if cached is None:
+                    # Which objects are optional is asked only of a held "not found" (rare).
+                    absent = self._absent.get(key, window)
+                    cached = absent if absent is not None and ref in _optional(read) else None
             if cached is None:
                 left.append(ref)
                 continue
