@@ -31,7 +31,7 @@ from provider.core import calls
 from provider.core.caching import ExpiringCache
 from provider.core.calls import Failure
 from provider.core.errors import BridgeError, DeadlineExceeded, StoreSilent, StoreUnavailable
-from provider.core.limits import ReadBytes, WorkShares, namespace_of
+from provider.core.limits import PARSE_SHARE, PARSE_WINDOW, ReadBytes, WorkShares, namespace_of
 from provider.core.metrics import Metrics
 from provider.core.model import (
     FetchContext,
@@ -81,7 +81,7 @@ class BackendEnv(Generic[OptionsT]):
     #: each fetch charges its answers here (`async with env.reads.fetch(identity.key)`).
     reads: ReadBytes = field(default_factory=ReadBytes.unbounded)
     #: The namespaces' shares of CPU-bound work off the event loop, shared with class parsing.
-    work: WorkShares = field(default_factory=lambda: WorkShares(1.0, 10.0))
+    work: WorkShares = field(default_factory=lambda: WorkShares(PARSE_SHARE, PARSE_WINDOW))
 
     async def parsed(
         self, key: str, size: int, work: Callable[[], T], ctx: FetchContext, what: str

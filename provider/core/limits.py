@@ -244,6 +244,13 @@ def _short_switches() -> Iterator[None]:
         sys.setswitchinterval(before)
 
 
+#: Each namespace's share of work off the loop (parsing classes not parsed before, large store
+#: answers, builds): seconds of work per window (measured: BENCHMARKS.md, "Parsing a class
+#: nobody parsed yet").
+PARSE_SHARE = 1.0
+PARSE_WINDOW = 10.0
+
+
 class WorkShares:
     """CPU-bound work for tenants (parsing a class nobody parsed yet, a large store answer:
     `BackendEnv.parsed`), off the event loop and within each tenant's share of it (issue 32,

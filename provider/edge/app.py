@@ -22,7 +22,14 @@ from provider.core.backend import AnyBackend, BackendEnv
 from provider.core.caching import ExpiringCache
 from provider.core.errors import redacted
 from provider.core.kube import KubeClient
-from provider.core.limits import ANSWER_SLACK, ReadBytes, WorkShares, namespace_of
+from provider.core.limits import (
+    ANSWER_SLACK,
+    PARSE_SHARE,
+    PARSE_WINDOW,
+    ReadBytes,
+    WorkShares,
+    namespace_of,
+)
 from provider.core.metrics import Metrics
 from provider.core.settings import CoreSettings, ServeSettings
 from provider.core.versions import Versioner
@@ -36,7 +43,7 @@ from provider.edge.startup import (
     socket_identity,
 )
 from provider.mount.fetching import Fetcher
-from provider.mount.mounting import PARSE_SHARE, PARSE_WINDOW, Mounter
+from provider.mount.mounting import Mounter
 from provider.mount.planning import RefreshBounds
 
 log = logging.getLogger("secrets_bridge")

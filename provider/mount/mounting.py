@@ -16,12 +16,12 @@ from collections.abc import Callable, Hashable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from provider.core.backend import AnyBackend
+from provider.core.backend import INLINE_PARSE_BYTES, AnyBackend
 from provider.core.boundedyaml import yaml_node_budget
 from provider.core.errors import InvalidParameters, MountFailed
 from provider.core.files import File, ObjectVersion
 from provider.core.identity import pod_named
-from provider.core.limits import WorkShares
+from provider.core.limits import PARSE_SHARE, PARSE_WINDOW, WorkShares
 from provider.core.memo import Memo
 from provider.core.model import FetchContext, ObjectSpec, Pod, SecretValue, Source
 from provider.core.versions import Versioner
@@ -42,10 +42,6 @@ PLAN_CACHE_SIZE = 512
 PLAN_CACHE_BYTES = 16 * 1024 * 1024
 #: A class's parameters as plans are kept by: the kubelet's own keys left out.
 PlanKey = frozenset[tuple[str, str]]
-#: Each namespace's share of parsing classes not parsed before: seconds of work per window
-#: (measured: BENCHMARKS.md, "Parsing a class nobody parsed yet").
-PARSE_SHARE = 1.0
-PARSE_WINDOW = 10.0
 #: File bytes the memoized answers may hold in all (each is at most --max-response-bytes).
 ANSWER_CACHE_BYTES = 16 * 1024 * 1024
 
@@ -286,17 +282,13 @@ class Mounter:
         return result
 
 
-#: Bytes of values to be parsed (extract, explode) past which a mount is built off the loop.
-PARSE_OFF_LOOP_BYTES = 64 * 1024
-
-
 def _parses_much(got: gathering.Gathered) -> bool:
-    """Whether building parses more than PARSE_OFF_LOOP_BYTES of values."""
+    """Whether building parses more values (extract, explode) than are parsed on the loop."""
     size = 0
     for spec, key in got.inputs:
         if not spec.transforms.identity:
             size += sum(len(value.content) for value in got.values.get(key, ()))
-    return size > PARSE_OFF_LOOP_BYTES
+    return size > INLINE_PARSE_BYTES
 
 
 def _answer_key(

@@ -78,7 +78,7 @@ async def test_extracting_from_a_secret_of_many_keys_does_not_stall_other_namesp
     bao: OpenBao, served: ProviderProcess, signing_key: SigningKey, tmp_path: Path
 ) -> None:
     # Building the file parses the 3.7 MB answer again (secretKey): off the loop too, in the
-    # namespace's share (provider/mount/mounting.py, PARSE_OFF_LOOP_BYTES).
+    # namespace's share (provider/mount/mounting.py, `_parses_much`).
     attacker = bigvalues.many_values_extracted(bao.addr)
     victim = bigvalues.victim(bao.addr)
     got = await bigvalues.attack(served.socket, signing_key, attacker, victim, tmp_path, seconds=8)
