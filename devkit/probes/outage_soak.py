@@ -16,8 +16,6 @@ from __future__ import annotations
 import argparse
 import asyncio
 import collections
-import os
-import subprocess
 import sys
 import tempfile
 import time
@@ -29,7 +27,7 @@ import yaml
 
 from devkit.hangs import HangProxy
 from devkit.openbao import OpenBao, read_policy
-from devkit.ports import free_port
+from devkit.served_process import provider_process
 from devkit.serving import driver_channel
 from devkit.testing import driver_request
 from devkit.tokens import SigningKey
@@ -61,95 +59,85 @@ async def run(args: argparse.Namespace) -> int:
         bao.kv2_put("secret", f"soak/s{i}", {"pw": f"soak-secret-{i}"})
     proxy = HangProxy(bao.addr)
     await proxy.start()
-    (work / "hmac.key").write_bytes(os.urandom(32))
-    sock = str(work / "provider.sock")
-    cmd = [
-        str(Path(sys.executable).with_name("secrets-bridge")),
-        "serve",
-        f"--socket={sock}",
-        f"--health-addr=127.0.0.1:{free_port()}",
-        f"--hmac-key-file={work / 'hmac.key'}",
+    with provider_process(
+        work / "served",
         f"--vault-addr={proxy.url}",
         f"--serve-stale-max-age={args.stale}",
         f"--store-call-timeout={args.store_call_timeout}",
-        "--log-level=error",
-    ]
-    server = subprocess.Popen(cmd, stderr=open(work / "provider.log", "wb"))  # noqa: SIM115
-    params = {
-        "backend": "vault",
-        "roleName": "soak",
-        "vaultAuthMountPath": "jwt",
-        "objects": yaml.safe_dump(OBJECTS),
-    }
-    tokens = {sa: key.pod_token("soak", sa, "vault") for sa in ACCOUNTS}
-    requests = [
-        driver_request(
-            params,
-            tokens={"vault": tokens[ACCOUNTS[i % len(ACCOUNTS)]]},
-            namespace="soak",
-            service_account=ACCOUNTS[i % len(ACCOUNTS)],
-            pod=f"p{i}",
-        )
-        for i in range(args.volumes)
-    ]
-    channel = driver_channel(sock)
-    stub = provider_pb2_grpc.CSIDriverProviderStub(channel)
-    await stub.Version(provider_pb2.VersionRequest(), timeout=30, wait_for_ready=True)
-    outcomes: collections.Counter[str] = collections.Counter()
-    samples: list[tuple[float, float]] = []
-    #: (start, seconds) of every answered mount, for latencies inside and outside outages.
-    latencies: list[tuple[float, float]] = []
-    inflight = 0
-    start = time.monotonic()
-    total = args.warmup + args.outages * args.interval
+    ) as served:
+        params = {
+            "backend": "vault",
+            "roleName": "soak",
+            "vaultAuthMountPath": "jwt",
+            "objects": yaml.safe_dump(OBJECTS),
+        }
+        tokens = {sa: key.pod_token("soak", sa, "vault") for sa in ACCOUNTS}
+        requests = [
+            driver_request(
+                params,
+                tokens={"vault": tokens[ACCOUNTS[i % len(ACCOUNTS)]]},
+                namespace="soak",
+                service_account=ACCOUNTS[i % len(ACCOUNTS)],
+                pod=f"p{i}",
+            )
+            for i in range(args.volumes)
+        ]
+        channel = driver_channel(served.socket)
+        stub = provider_pb2_grpc.CSIDriverProviderStub(channel)
+        await stub.Version(provider_pb2.VersionRequest(), timeout=30, wait_for_ready=True)
+        outcomes: collections.Counter[str] = collections.Counter()
+        samples: list[tuple[float, float]] = []
+        #: (start, seconds) of every answered mount, for latencies inside and outside outages.
+        latencies: list[tuple[float, float]] = []
+        inflight = 0
+        start = time.monotonic()
+        total = args.warmup + args.outages * args.interval
 
-    async def mount(req: Any) -> None:
-        nonlocal inflight
-        inflight += 1
-        began = time.monotonic()
-        try:
-            await stub.Mount(req, timeout=args.deadline)
-            outcomes["OK"] += 1
-            latencies.append((began - start, time.monotonic() - began))
-        except grpc.aio.AioRpcError as exc:
-            outcomes[exc.code().name] += 1
-        finally:
-            inflight -= 1
+        async def mount(req: Any) -> None:
+            nonlocal inflight
+            inflight += 1
+            began = time.monotonic()
+            try:
+                await stub.Mount(req, timeout=args.deadline)
+                outcomes["OK"] += 1
+                latencies.append((began - start, time.monotonic() - began))
+            except grpc.aio.AioRpcError as exc:
+                outcomes[exc.code().name] += 1
+            finally:
+                inflight -= 1
 
-    async def poll() -> None:
-        gap = args.period / len(requests)
-        tasks: set[asyncio.Task[None]] = set()
-        i = 0
-        while time.monotonic() - start < total:
-            task = asyncio.create_task(mount(requests[i % len(requests)]))
-            tasks.add(task)
-            task.add_done_callback(tasks.discard)
-            i += 1
-            await asyncio.sleep(gap)
-        await asyncio.gather(*tasks)
+        async def poll() -> None:
+            gap = args.period / len(requests)
+            tasks: set[asyncio.Task[None]] = set()
+            i = 0
+            while time.monotonic() - start < total:
+                task = asyncio.create_task(mount(requests[i % len(requests)]))
+                tasks.add(task)
+                task.add_done_callback(tasks.discard)
+                i += 1
+                await asyncio.sleep(gap)
+            await asyncio.gather(*tasks)
 
-    async def outages() -> list[tuple[float, float]]:
-        windows = []
-        await asyncio.sleep(args.warmup)
-        for _ in range(args.outages):
-            began = time.monotonic() - start
-            proxy.hang()
-            await asyncio.sleep(args.outage)
-            proxy.heal()
-            proxy.release()
-            windows.append((began, time.monotonic() - start))
-            await asyncio.sleep(args.interval - args.outage)
-        return windows
+        async def outages() -> list[tuple[float, float]]:
+            windows = []
+            await asyncio.sleep(args.warmup)
+            for _ in range(args.outages):
+                began = time.monotonic() - start
+                proxy.hang()
+                await asyncio.sleep(args.outage)
+                proxy.heal()
+                proxy.release()
+                windows.append((began, time.monotonic() - start))
+                await asyncio.sleep(args.interval - args.outage)
+            return windows
 
-    async def sample() -> None:
-        while time.monotonic() - start < total + 2:
-            samples.append((time.monotonic() - start, rss_mib(server.pid)))
-            await asyncio.sleep(1.0)
+        async def sample() -> None:
+            while time.monotonic() - start < total + 2:
+                samples.append((time.monotonic() - start, rss_mib(served.pid)))
+                await asyncio.sleep(1.0)
 
-    _, windows, _ = await asyncio.gather(poll(), outages(), sample())
-    await channel.close()
-    server.terminate()
-    server.wait(15)
+        _, windows, _ = await asyncio.gather(poll(), outages(), sample())
+        await channel.close()
     await proxy.stop()
     bao.stop()
     print(report(args, samples, windows, outcomes))
