@@ -18,16 +18,11 @@ from typing import Any
 
 import pytest
 
-from backends.vault.options import Options
 from devkit.openbao import OpenBao
 from devkit.postgres import PostgreSQL
-from devkit.testing import make_pod
 from devkit.tokens import SigningKey
-from provider.core.metrics import Metrics
 from provider.core.model import Pod
-from provider.core.settings import CoreSettings, ServeSettings
-from provider.edge.app import build_mounter
-from provider.mount.mounting import MountInput, MountResult
+from tests.backends.vault.test_vault_lifetimes import Polls as LifetimePolls
 
 POLICY = """
 path "dbfloor/creds/*" { capabilities = ["read"] }
@@ -92,36 +87,16 @@ def engines(openbao: OpenBao, postgres: PostgreSQL) -> OpenBao:
     return openbao
 
 
-class Polls:
-    def __init__(self, openbao: OpenBao, key: SigningKey, tmp_path: Path, **core: Any) -> None:
-        self.openbao = openbao
-        self.key = key
-        hmac_key = tmp_path / "hmac"
-        hmac_key.write_bytes(b"k" * 32)
-        self.metrics = Metrics()
-        settings = ServeSettings(
-            hmac_key_file=str(hmac_key),
-            core=CoreSettings(**core),
-            backend_options={"vault": Options(addr=openbao.addr)},
-        )
-        self.mounter, self.backends = build_mounter(settings, self.metrics)
+class Polls(LifetimePolls):
+    """test_vault_lifetimes' harness, for the `floor` service account, each poll's one file
+    parsed."""
 
-    def pod(self, service_account: str = "floor", uid: str = "uid-0") -> Pod:
-        token = self.key.pod_token("default", service_account, lifetime=3600)
-        return make_pod(
-            "default", service_account, name=f"app-{uid}", uid=uid, tokens={"vault": token}
-        )
+    def pod(self, uid: str = "uid-0", service_account: str = "floor") -> Pod:
+        return super().pod(uid, service_account)
 
-    async def poll(self, objects: str, pod: Pod, **params: str) -> dict[str, Any]:
+    async def answer(self, objects: str, pod: Pod, **params: str) -> dict[str, Any]:
         """The answer's one file, parsed: the whole answer, lease_id and data."""
-        full = {
-            "backend": "vault",
-            "roleName": pod.service_account,
-            "vaultAuthMountPath": "jwt",
-            "objects": objects,
-            **params,
-        }
-        result: MountResult = await self.mounter.mount(MountInput(full, pod, permission=0o644))
+        result = await self.poll(objects, pod, role=pod.service_account, **params)
         (file,) = result.files
         answer: dict[str, Any] = json.loads(file.contents)
         return answer
@@ -146,7 +121,7 @@ async def test_renew_at_1e_9_on_a_day_certificate_is_one_issuance_in_ten_polls(
 ) -> None:
     pod = polls.pod()
     polls.openbao.audit_mark()
-    answers = [await polls.poll(CERT.format(role="day"), pod, renewAt="1e-9") for _ in range(10)]
+    answers = [await polls.answer(CERT.format(role="day"), pod, renewAt="1e-9") for _ in range(10)]
     assert issuances(polls.openbao, "pkifloor/issue/day") == 1
     assert all(a == answers[0] for a in answers)
 
@@ -168,7 +143,7 @@ async def test_replaced_hour_leases_are_revoked_after_the_grace(
         issued: list[str] = []
         start = time.monotonic()
         while time.monotonic() - start < 6.0:
-            lease = (await polls.poll(objects.format(role=role), pod, renewAt="1e-9"))["lease_id"]
+            lease = (await polls.answer(objects.format(role=role), pod, renewAt="1e-9"))["lease_id"]
             if not issued or issued[-1] != lease:
                 issued.append(lease)
             await asyncio.sleep(0.4)
@@ -195,12 +170,12 @@ async def test_a_credential_outlives_every_poll_under_a_20s_40s_token(
     objects = CREDS.format(role="long")
 
     async def pod_polling(service_account: str, period: float) -> list[tuple[float, str]]:
-        pod = polls.pod(service_account, uid=service_account)
+        pod = polls.pod(uid=service_account, service_account=service_account)
         changes: list[tuple[float, str]] = []
         start = time.monotonic()
         for i in range(int(70 // period) + 1):
             await asyncio.sleep(max(0.0, start + i * period - time.monotonic()))
-            answer = await polls.poll(objects, pod)
+            answer = await polls.answer(objects, pod)
             at = time.monotonic() - start
             user, password = answer["data"]["username"], answer["data"]["password"]
             live = await asyncio.to_thread(polls.openbao.lease_lookup, answer["lease_id"])

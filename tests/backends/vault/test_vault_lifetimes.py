@@ -111,9 +111,11 @@ class Polls:
         )
         self.mounter, self.backends = build_mounter(settings, self.metrics)
 
-    def pod(self, uid: str = "uid-0") -> Pod:
-        token = self.key.pod_token("default", "app", lifetime=3600)
-        return make_pod("default", "app", name=f"app-{uid}", uid=uid, tokens={"vault": token})
+    def pod(self, uid: str = "uid-0", service_account: str = "app") -> Pod:
+        token = self.key.pod_token("default", service_account, lifetime=3600)
+        return make_pod(
+            "default", service_account, name=f"app-{uid}", uid=uid, tokens={"vault": token}
+        )
 
     async def poll(self, objects: str, pod: Pod, role: str = "dyn", **params: str) -> MountResult:
         full = {
