@@ -30,6 +30,7 @@ from collections.abc import AsyncIterator, Awaitable, Callable, Hashable, Iterat
 from contextlib import asynccontextmanager
 from typing import Any, TypeVar
 
+from provider.core.budgets import TokenBucket
 from provider.core.errors import InvalidParameters, LimitExceeded
 from provider.core.files import DRIVER_RECV_BYTES
 
@@ -191,23 +192,17 @@ class RateLimiter:
     def __init__(self, rate: float, clock: Callable[[], float] = time.monotonic) -> None:
         if rate <= 0:
             raise ValueError("rate must be positive")
-        self._rate = rate
-        self._capacity = max(1.0, rate)  # one second's worth of burst
-        self._tokens = self._capacity
+        # One second's worth of burst.
+        self._bucket = TokenBucket(max(1.0, rate), rate, clock())
         self._clock = clock
-        self._last = clock()
         self._lock = asyncio.Lock()
 
     async def acquire(self) -> None:
         async with self._lock:  # FIFO: waiters are served in arrival order
             while True:
-                now = self._clock()
-                self._tokens = min(self._capacity, self._tokens + (now - self._last) * self._rate)
-                self._last = now
-                if self._tokens >= 1:
-                    self._tokens -= 1
+                if self._bucket.take(1, self._clock()):
                     return
-                await asyncio.sleep((1 - self._tokens) / self._rate)
+                await asyncio.sleep(self._bucket.wait(1))
 
 
 def parse_rate_limits(text: str, known: list[str]) -> dict[str, float]:

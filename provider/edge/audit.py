@@ -41,6 +41,7 @@ cache, not necessarily on disk, when the answer is sent.
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import json
 import logging
@@ -55,6 +56,7 @@ from datetime import UTC, datetime
 from typing import Any, Protocol, TextIO
 
 from provider import __version__
+from provider.core.budgets import Budgets
 from provider.core.metrics import Metrics
 from provider.edge import auditchain
 from provider.mount.auditing import Served, class_digest
@@ -213,23 +215,11 @@ class _Counted:
     count: int = 0
 
 
-@dataclass(slots=True)
-class _Budget:
-    """A namespace's refusal lines: a token bucket, and the refusals dropped since its last
-    line."""
-
-    tokens: float
-    stamp: float
-    dropped: int = 0
-    since: float = 0.0
-
-
 @dataclass
 class _Counts:
     counted: OrderedDict[tuple[str, str], _Counted] = field(default_factory=OrderedDict)
     #: How many `counted` entries each pod uid has (an answer looks no further when none).
     pods: dict[str, int] = field(default_factory=dict)
-    budgets: dict[str, _Budget] = field(default_factory=dict)
     swept: float = 0.0
 
 
@@ -255,7 +245,9 @@ class AuditTrail:
         self._counts = _Counts()
         # Read when built, so a test can shorten them.
         self._every = REPEATS_EVERY
-        self._records, self._window = REFUSAL_RECORDS, REFUSAL_WINDOW
+        self._window = REFUSAL_WINDOW
+        #: Each namespace's refusal lines (answers have no budget).
+        self._budgets = Budgets(REFUSAL_RECORDS, REFUSAL_RECORDS / REFUSAL_WINDOW)
 
     def start(self) -> None:
         """The first line: continues the chain of the file's last line, if it has one."""
@@ -296,15 +288,14 @@ class AuditTrail:
         counted = counts.counted.get(key) if key is not None else None
         if counted is not None and counted.count:
             fields["repeats"] = counted.count
-        budget = counts.budgets.get(pod.namespace)
-        if budget is not None and budget.dropped:
-            fields["dropped"] = budget.dropped
+        dropped, _ = self._budgets.dropped(pod.namespace)
+        if dropped:
+            fields["dropped"] = dropped
         written = self._record("answered", fields, at=now)
         if written:
             if key is not None and counted is not None:
                 self._forget(key)  # answered: its next refusal is written
-            if budget is not None:
-                budget.dropped = 0
+            self._budgets.carried(pod.namespace)
         self._sweep(now)
         return written
 
@@ -331,11 +322,7 @@ class AuditTrail:
                 counted.count += 1
                 self._sweep(now)
                 return True
-        budget = self._budget(namespace, now)
-        if budget.tokens < 1:
-            if not budget.dropped:
-                budget.since = now
-            budget.dropped += 1
+        if not self._budgets.allows(namespace, 1, now):  # counted
             self._sweep(now)
             return True
         fields = dict(about)
@@ -347,12 +334,13 @@ class AuditTrail:
         fields["message"] = _cut(message, MESSAGE_BYTES)
         if counted is not None and counted.count:
             fields["repeats"] = counted.count
-        if budget.dropped:
-            fields["dropped"] = budget.dropped
+        dropped, _ = self._budgets.dropped(namespace)
+        if dropped:
+            fields["dropped"] = dropped
         written = self._try("refused", fields, at=now)
         if written:
-            budget.tokens -= 1
-            budget.dropped = 0
+            self._budgets.spend(namespace, 1)
+            self._budgets.carried(namespace)
             if key is not None:
                 self._count(key, _Counted(about, outcome, code, now, now), now)
         self._sweep(now)
@@ -362,17 +350,6 @@ class AuditTrail:
         """Write the counts no line carried yet, then close the sink."""
         self._sweep(self._clock(), everything=True)
         self._sink.close()
-
-    def _budget(self, namespace: str, now: float) -> _Budget:
-        """The namespace's bucket, refilled for the time since it was last looked at."""
-        budget = self._counts.budgets.get(namespace)
-        if budget is None:
-            budget = self._counts.budgets[namespace] = _Budget(float(self._records), now)
-            return budget
-        rate = self._records / self._window
-        budget.tokens = min(float(self._records), budget.tokens + (now - budget.stamp) * rate)
-        budget.stamp = now
-        return budget
 
     def _count(self, key: tuple[str, str], counted: _Counted, now: float) -> None:
         counts = self._counts
@@ -417,18 +394,16 @@ class AuditTrail:
                 break  # the rest were refused more recently
             if not self._repeated(key, counted, now):
                 return
-        for namespace, budget in list(counts.budgets.items()):
-            self._budget(namespace, now)
-            if budget.dropped and (everything or now - budget.since >= self._window):
-                fields: dict[str, Any] = {"type": auditchain.RECORD}
-                if namespace:
-                    fields["namespace"] = namespace
-                fields.update(dropped=budget.dropped, since=_time(budget.since))
-                if not self._try("dropped", fields, at=now):
-                    return
-                budget.dropped = 0
-            if not budget.dropped and budget.tokens >= self._records:
-                del counts.budgets[namespace]
+        report = functools.partial(self._dropped, now)
+        self._budgets.sweep(now, report, older_than=self._window, everything=everything)
+
+    def _dropped(self, now: float, namespace: str, dropped: int, since: float) -> bool:
+        """Write a namespace's count of refusals that no line carried (False: not written)."""
+        fields: dict[str, Any] = {"type": auditchain.RECORD}
+        if namespace:
+            fields["namespace"] = namespace
+        fields.update(dropped=dropped, since=_time(since))
+        return self._try("dropped", fields, at=now)
 
     def _about(self, request: MountInput | None) -> dict[str, Any]:
         fields: dict[str, Any] = {"type": auditchain.RECORD}

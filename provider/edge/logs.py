@@ -26,6 +26,7 @@ from contextvars import ContextVar
 from typing import Any, TextIO
 
 from backends import registry
+from provider.core.budgets import Budgets
 
 #: The most characters (bytes: JSON lines are ASCII) of one line; a traceback counts too.
 LINE_BYTES = 16 * 1024
@@ -208,113 +209,41 @@ def _value(value: object) -> str:
     return text
 
 
-class _Budget:
-    __slots__ = ("dropped", "since", "stamp", "tokens")
-
-    def __init__(self, tokens: float, now: float) -> None:
-        self.tokens = tokens
-        self.stamp = now
-        self.dropped = 0
-        self.since = 0.0
-
-
-class TenantBudgets:
-    """Each namespace's log bytes: a token bucket of `burst` bytes refilled at `rate` a second,
-    and the lines dropped past it since they were last reported."""
-
-    def __init__(
-        self,
-        burst: int = LOG_BURST_BYTES,
-        rate: float = LOG_BYTES_PER_SECOND,
-        report_every: float = DROPPED_EVERY,
-    ) -> None:
-        self.burst, self.rate, self.report_every = burst, rate, report_every
-        self._budgets: dict[str, _Budget] = {}
-        self._swept = 0.0
-
-    def _refilled(self, tenant: str, now: float) -> _Budget:
-        budget = self._budgets.get(tenant)
-        if budget is None:
-            budget = self._budgets[tenant] = _Budget(float(self.burst), now)
-        else:
-            budget.tokens = min(float(self.burst), budget.tokens + (now - budget.stamp) * self.rate)
-            budget.stamp = now
-        return budget
-
-    def spent(self, tenant: str, now: float) -> bool:
-        """Whether the namespace has nothing left (its next line is dropped unformatted)."""
-        budget = self._refilled(tenant, now)
-        if budget.tokens > 0:
-            return False
-        self.drop(budget, now)
-        return True
-
-    def take(self, tenant: str, size: int, now: float) -> bool:
-        """Spend `size` bytes of the namespace's budget; False (and counted) when it has not
-        that much left."""
-        budget = self._refilled(tenant, now)
-        if budget.tokens >= size:
-            budget.tokens -= size
-            return True
-        self.drop(budget, now)
-        return False
-
-    @staticmethod
-    def drop(budget: _Budget, now: float) -> None:
-        if not budget.dropped:
-            budget.since = now
-        budget.dropped += 1
-
-    def due(
-        self, now: float, tenant: str | None = None, *, everything: bool = False
-    ) -> list[tuple[str, int, float]]:
-        """(namespace, lines dropped, since) to report now, and forgotten: `tenant`'s (its next
-        line passed), those DROPPED_EVERY old (looked at once a second), or all of them."""
-        out: list[tuple[str, int, float]] = []
-        if tenant is not None:
-            budget = self._budgets.get(tenant)
-            if budget is not None and budget.dropped:
-                out.append((tenant, budget.dropped, budget.since))
-                budget.dropped = 0
-        if everything or now - self._swept >= 1.0:
-            self._swept = now
-            for name, budget in list(self._budgets.items()):
-                if budget.dropped and (everything or now - budget.since >= self.report_every):
-                    out.append((name, budget.dropped, budget.since))
-                    budget.dropped = 0
-                elif not budget.dropped:
-                    self._refilled(name, now)
-                    if budget.tokens >= self.burst:
-                        del self._budgets[name]  # full and quiet: nothing to remember
-        return out
-
-
 class BoundedHandler(logging.StreamHandler):  # type: ignore[type-arg]
-    """A stream handler that holds each namespace's lines to its budget (`TenantBudgets`) and
-    writes the counts of dropped lines."""
+    """A stream handler that holds each namespace's lines to its budget (of bytes) and writes
+    the counts of dropped lines."""
 
     def __init__(
         self,
         stream: TextIO | None = None,
-        budgets: TenantBudgets | None = None,
+        budgets: Budgets | None = None,
         clock: Callable[[], float] = time.monotonic,
     ) -> None:
         super().__init__(stream)
-        self.budgets = budgets or TenantBudgets()
+        self.budgets = budgets or Budgets(LOG_BURST_BYTES, LOG_BYTES_PER_SECOND)
         self._clock = clock
+        self._swept = 0.0
 
     def emit(self, record: logging.LogRecord) -> None:
         try:
             now = self._clock()
             tenant = tenant_of(record)
-            if tenant is not None and self.budgets.spent(tenant, now):
-                self._report(self.budgets.due(now))
+            budgets = self.budgets
+            # Nothing left: dropped before it is formatted.
+            if tenant is not None and not budgets.allows(tenant, 1, now):
+                self._sweep(now)
                 return
             line = self.format(record) + self.terminator
-            if tenant is not None and not self.budgets.take(tenant, len(line), now):
-                self._report(self.budgets.due(now))
-                return
-            self._report(self.budgets.due(now, tenant))
+            if tenant is not None:
+                if not budgets.allows(tenant, len(line), now):
+                    self._sweep(now)
+                    return
+                budgets.spend(tenant, len(line))
+                dropped, since = budgets.dropped(tenant)
+                if dropped:  # reported before the namespace's next line that passes
+                    self._report(tenant, dropped, since)
+                    budgets.carried(tenant)
+            self._sweep(now)
             self.stream.write(line)
             self.flush()
         except RecursionError:
@@ -322,26 +251,30 @@ class BoundedHandler(logging.StreamHandler):  # type: ignore[type-arg]
         except Exception:
             self.handleError(record)
 
-    def _report(self, due: list[tuple[str, int, float]]) -> None:
-        now = self._clock()
-        for tenant, dropped, since in due:
-            record = logging.LogRecord(
-                "secrets_bridge.logs", logging.WARNING, "", 0, DROPPED_TEXT, (), None
-            )
-            record.fields = {
-                "namespace": tenant,
-                "dropped": dropped,
-                "seconds": round(now - since, 1),
-            }
-            self.stream.write(self.format(record) + self.terminator)
-        if due:
-            self.flush()
+    def _sweep(self, now: float, *, everything: bool = False) -> None:
+        """Report the counts DROPPED_EVERY old (looked at once a second), or all of them."""
+        if everything or now - self._swept >= 1.0:
+            self._swept = now
+            self.budgets.sweep(now, self._report, older_than=DROPPED_EVERY, everything=everything)
+
+    def _report(self, tenant: str, dropped: int, since: float) -> bool:
+        record = logging.LogRecord(
+            "secrets_bridge.logs", logging.WARNING, "", 0, DROPPED_TEXT, (), None
+        )
+        record.fields = {
+            "namespace": tenant,
+            "dropped": dropped,
+            "seconds": round(self._clock() - since, 1),
+        }
+        self.stream.write(self.format(record) + self.terminator)
+        self.flush()
+        return True
 
     def close(self) -> None:
         """Report every count not reported yet (at exit: logging.shutdown closes handlers)."""
         try:
             if self.stream is not None and not getattr(self.stream, "closed", False):
-                self._report(self.budgets.due(self._clock(), everything=True))
+                self._sweep(self._clock(), everything=True)
         finally:
             super().close()
 

@@ -19,6 +19,7 @@ import yaml
 
 from devkit.serving import Provider
 from devkit.testing import driver_request
+from provider.core.budgets import Budgets
 from provider.core.errors import (
     MAX_MESSAGE_BYTES,
     InvalidParameters,
@@ -33,7 +34,6 @@ from provider.edge.logs import (
     LINE_BYTES,
     BoundedHandler,
     JsonFormatter,
-    TenantBudgets,
     TextFormatter,
 )
 
@@ -64,7 +64,7 @@ def request(params: dict[str, str], pod: str, namespace: str) -> Any:
 def logged() -> Iterator[tuple[io.StringIO, BoundedHandler]]:
     """The provider's own handler (as `serve` installs it) on a buffer, beside pytest's."""
     buffer = io.StringIO()
-    handler = BoundedHandler(buffer, TenantBudgets(burst=48 * 1024, rate=0.0))
+    handler = BoundedHandler(buffer, Budgets(burst=48 * 1024, rate=0.0))
     handler.setFormatter(JsonFormatter())
     handler.setLevel(logging.INFO)
     root = logging.getLogger()
@@ -226,7 +226,7 @@ def test_a_line_is_capped_whatever_its_fields() -> None:
 def test_budgets_refill_and_report_what_they_dropped() -> None:
     now = [1000.0]
     buffer = io.StringIO()
-    handler = BoundedHandler(buffer, TenantBudgets(burst=1000, rate=100.0), clock=lambda: now[0])
+    handler = BoundedHandler(buffer, Budgets(burst=1000, rate=100.0), clock=lambda: now[0])
     handler.setFormatter(JsonFormatter())
     log = logging.getLogger("secrets_bridge.test_budgets")
     log.propagate = False
