@@ -10,10 +10,12 @@ provider's own packages (`provider`, `backends`):
 - calls: Python calls into our code (a coroutine resumed after an await is not a new call);
 - functions, modules: the distinct ones those calls reach;
 - moves: each time the innermost frame of our code changes module, by a call or a return;
-- returns: the moves made by a return, to a module the mount had already left.
+- returns: the moves into a module the mount had already been in and left (every move that is
+  not a first visit: moves = returns + modules - 1).
 
-A structure that hands data back and forth between layers shows as returns; a straight stack
-(each layer calls down and returns up once) keeps them near the number of modules.
+A structure that hands data back and forth between layers, or calls out to many small helpers,
+shows as returns; a straight stack (each layer calls down once and is returned to once) keeps
+them to about one per module.
 `tests/edge/test_mount_trace.py` holds the figures to their ceilings.
 """
 
@@ -21,6 +23,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import inspect
 import sys
 import tempfile
 from dataclasses import dataclass, field
@@ -30,6 +33,8 @@ from typing import Any
 
 from devkit.probes.mount_cost import Context, serving
 
+#: Code flags of functions whose frame can suspend and be resumed.
+_SUSPENDS = inspect.CO_COROUTINE | inspect.CO_GENERATOR | inspect.CO_ASYNC_GENERATOR
 #: The packages whose frames count.
 OURS = ("provider.", "backends.")
 
@@ -41,6 +46,8 @@ class Trace:
     modules: list[str] = field(default_factory=list)
     moves: int = 0
     returns: int = 0
+    #: The coroutine and generator frames entered (a 'call' on one again is a resume).
+    started: set[FrameType] = field(default_factory=set)
     #: Every move, in order: (event, from module, to module, function).
     path: list[tuple[str, str, str, str]] = field(default_factory=list)
 
@@ -72,9 +79,11 @@ def tracer(trace: Trace) -> Any:
             module = _module(frame) if _ours(frame) else None
             if module is None:
                 return
-            if frame.f_lasti <= 0:  # entered, not resumed
+            if frame not in trace.started:  # entered, not a coroutine resumed
                 trace.calls += 1
                 trace.functions.add(frame.f_code)
+                if frame.f_code.co_flags & _SUSPENDS:
+                    trace.started.add(frame)
             now: str | None = module
         elif event == "return":
             if not _ours(frame):
@@ -84,14 +93,14 @@ def tracer(trace: Trace) -> Any:
             return
         if now is None:
             return
-        if now not in trace.modules:
-            trace.modules.append(now)
         before = current[0]
         if before is not None and before != now:
             trace.moves += 1
-            if event == "return":
+            if now in trace.modules:
                 trace.returns += 1
             trace.path.append((event, before, now, frame.f_code.co_qualname))
+        if now not in trace.modules:
+            trace.modules.append(now)
         current[0] = now
 
     return profile
@@ -131,4 +140,4 @@ def main() -> None:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    main()

@@ -94,7 +94,7 @@ def _check_class(source: str, cls: spc.SecretProviderClass, limits: Limits) -> d
         plan = parse_plan(
             cls.parameters,
             options_for=None,
-            enable_fake=True,
+            enable_test_stores=True,
             max_objects=limits.max_objects,
             strict=limits.strict_parameters,
             refresh_bounds=RefreshBounds(limits.min_refresh_interval, limits.max_refresh_interval),

@@ -281,7 +281,7 @@ def missing_audiences(cls: spc.SecretProviderClass, rules: CSIDriverRules) -> li
     from provider.mount.planning import parse_plan
 
     try:
-        plan = parse_plan(cls.parameters, options_for=None, enable_fake=True)
+        plan = parse_plan(cls.parameters, options_for=None, enable_test_stores=True)
     except InvalidParameters:
         return []  # the provider's answer names the class's problems
     listed = rules.audiences or frozenset()

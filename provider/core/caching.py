@@ -19,6 +19,7 @@ from __future__ import annotations
 import asyncio
 import math
 import time
+import weakref
 from collections import OrderedDict
 from collections.abc import Awaitable, Callable, Hashable, Iterable
 from dataclasses import dataclass
@@ -27,14 +28,21 @@ from typing import Generic, TypeVar
 T = TypeVar("T")
 
 
-@dataclass
-class _Entry(Generic[T]):
+@dataclass(eq=False)
+class Entry(Generic[T]):
+    """One kept value. Compared and hashed by identity: the LRU order is kept by entry, so
+    touching one (`fresh`) hashes no key. What was built from a value may hold its entry (weakly)
+    and ask `fresh` whether it is still the one kept."""
+
+    key: Hashable
     value: T
     expires: float
     size: int
     tenant: str
     #: When it was put: a caller may accept only entries younger than its own `max_age`.
     stored: float = 0.0
+    #: False once dropped (replaced, invalidated, expired, evicted).
+    live: bool = True
 
 
 class ExpiringCache(Generic[T]):
@@ -50,9 +58,9 @@ class ExpiringCache(Generic[T]):
         on_event: Callable[[str], None] | None = None,
         tenant_of: Callable[[Hashable], str] | None = None,
     ) -> None:
-        self._entries: dict[Hashable, _Entry[T]] = {}
-        #: Per tenant: its keys in LRU order (oldest first) and the bytes they hold.
-        self._lru: dict[str, OrderedDict[Hashable, None]] = {}
+        self._entries: dict[Hashable, Entry[T]] = {}
+        #: Per tenant: its entries in LRU order (oldest first) and the bytes they hold.
+        self._lru: dict[str, OrderedDict[Entry[T], None]] = {}
         self._tenant_bytes: dict[str, int] = {}
         self._tenant_of = tenant_of or (lambda _k: "")
         self._inflight: dict[Hashable, asyncio.Future[T]] = {}
@@ -78,7 +86,7 @@ class ExpiringCache(Generic[T]):
             return None
         if max_age is not None and now - entry.stored > max_age:
             return None
-        self._lru[entry.tenant].move_to_end(key)
+        self._lru[entry.tenant].move_to_end(entry)
         return entry.value
 
     def get_all(self, keys: Iterable[Hashable], max_age: float = math.inf) -> list[T] | None:
@@ -94,9 +102,34 @@ class ExpiringCache(Generic[T]):
             entry = entries.get(key)
             if entry is None or entry.expires <= now or entry.stored < oldest:
                 return None
-            lru[entry.tenant].move_to_end(key)
+            lru[entry.tenant].move_to_end(entry)
             values.append(entry.value)
         return values
+
+    def entries(self, keys: Iterable[Hashable], values: Iterable[T]) -> list[Entry[T]] | None:
+        """The entries that hold these very values under these keys, or None if one does not
+        (it was not kept, or was replaced since)."""
+        found: list[Entry[T]] = []
+        for key, value in zip(keys, values, strict=True):
+            entry = self._entries.get(key)
+            if entry is None or entry.value is not value:
+                return None
+            found.append(entry)
+        return found
+
+    def fresh(self, held: Iterable[weakref.ref[Entry[T]]], max_age: float = math.inf) -> bool:
+        """Whether every entry is still kept, unexpired and younger than `max_age`; each is
+        touched as `get` touches it. No key is looked up: this is the path of every mount
+        answered again."""
+        now = self._clock()
+        oldest = now - max_age
+        lru = self._lru
+        for ref in held:
+            entry = ref()
+            if entry is None or not entry.live or entry.expires <= now or entry.stored < oldest:
+                return False
+            lru[entry.tenant].move_to_end(entry)
+        return True
 
     def usage(self, tenant: str) -> tuple[int, int]:
         """(entries, bytes) held for `tenant`."""
@@ -118,8 +151,8 @@ class ExpiringCache(Generic[T]):
         if self._max_bytes is not None and size > self._max_bytes:
             return
         tenant = self._tenant_of(key)
-        self._entries[key] = _Entry(value, expires, size, tenant, now)
-        self._lru.setdefault(tenant, OrderedDict())[key] = None
+        entry = self._entries[key] = Entry(key, value, expires, size, tenant, now)
+        self._lru.setdefault(tenant, OrderedDict())[entry] = None
         self._tenant_bytes[tenant] = self._tenant_bytes.get(tenant, 0) + size
         self._bytes += size
         while True:
@@ -129,7 +162,7 @@ class ExpiringCache(Generic[T]):
                 victim = max(self._tenant_bytes, key=self._tenant_bytes.__getitem__)
             else:
                 break
-            self._drop(next(iter(self._lru[victim])))
+            self._drop(next(iter(self._lru[victim])).key)
             self._on_event("evicted")
 
     def invalidate(self, key: Hashable, stale: T | None = None) -> None:
@@ -184,9 +217,10 @@ class ExpiringCache(Generic[T]):
     def _drop(self, key: Hashable) -> None:
         entry = self._entries.pop(key, None)
         if entry is not None:
+            entry.live = False
             self._bytes -= entry.size
             lru = self._lru[entry.tenant]
-            del lru[key]
+            del lru[entry]
             self._tenant_bytes[entry.tenant] -= entry.size
             if not lru:
                 del self._lru[entry.tenant], self._tenant_bytes[entry.tenant]

@@ -8,7 +8,7 @@ bytes) keeps a few huge entries from holding the provider's memory.
 from __future__ import annotations
 
 from collections import OrderedDict
-from collections.abc import Hashable
+from collections.abc import Callable, Hashable
 from typing import Generic, TypeVar
 
 K = TypeVar("K", bound=Hashable)
@@ -16,11 +16,15 @@ V = TypeVar("V")
 
 
 class Memo(Generic[K, V]):
-    def __init__(self, max_entries: int, max_size: int) -> None:
+    def __init__(
+        self, max_entries: int, max_size: int, on_drop: Callable[[V], None] | None = None
+    ) -> None:
         self._entries: OrderedDict[K, tuple[V, int]] = OrderedDict()
         self._max_entries = max_entries
         self._max_size = max_size
         self._size = 0
+        #: Called with each value evicted, replaced or dropped (not with one refused by `put`).
+        self._on_drop = on_drop
 
     def get(self, key: K) -> V | None:
         held = self._entries.get(key)
@@ -35,16 +39,22 @@ class Memo(Generic[K, V]):
         old = self._entries.pop(key, None)
         if old is not None:
             self._size -= old[1]
+            if old[0] is not value:
+                self._dropped((old[0], 0))
         self._entries[key] = (value, size)
         self._size += size
         while len(self._entries) > self._max_entries or self._size > self._max_size:
-            _, (_, dropped) = self._entries.popitem(last=False)
-            self._size -= dropped
+            self._dropped(self._entries.popitem(last=False)[1])
 
     def drop(self, key: K) -> None:
         held = self._entries.pop(key, None)
         if held is not None:
-            self._size -= held[1]
+            self._dropped(held)
+
+    def _dropped(self, held: tuple[V, int]) -> None:
+        self._size -= held[1]
+        if self._on_drop is not None:
+            self._on_drop(held[0])
 
     def __len__(self) -> int:
         return len(self._entries)

@@ -10,28 +10,14 @@ import dataclasses
 import errno
 import functools
 import gc
-import inspect
 import logging
 import os
 import signal
-from collections.abc import Awaitable, Callable
+from collections.abc import Callable
 from typing import Any
 
-from backends import registry
-from provider.core.backend import AnyBackend, BackendEnv
-from provider.core.caching import ExpiringCache
-from provider.core.errors import redacted
-from provider.core.kube import KubeClient
-from provider.core.limits import (
-    ANSWER_SLACK,
-    PARSE_SHARE,
-    PARSE_WINDOW,
-    ReadBytes,
-    WorkShares,
-    namespace_of,
-)
 from provider.core.metrics import Metrics
-from provider.core.settings import CoreSettings, ServeSettings
+from provider.core.settings import ServeSettings
 from provider.core.versions import Versioner
 from provider.edge import auditchain, http, loops, startup
 from provider.edge.audit import AuditTrail, open_sink
@@ -42,70 +28,12 @@ from provider.edge.startup import (
     release_socket,
     socket_identity,
 )
+from provider.mount.backends import Backends, released
 from provider.mount.fetching import Fetcher
 from provider.mount.mounting import Mounter
 from provider.mount.planning import RefreshBounds
 
 log = logging.getLogger("secrets_bridge")
-
-
-class Backends:
-    """Backends built on first use, so start-up imports no store SDK."""
-
-    def __init__(self, *, core: CoreSettings, options: dict[str, Any], metrics: Metrics) -> None:
-        self._core = core
-        self._options = options
-        self._metrics = metrics
-        self._kube = KubeClient(core.kube_api_url)
-        # Evicted by namespace share: thousands of throwaway roles in one namespace cannot
-        # push another namespace's credentials out (issue 20).
-        self._credentials: ExpiringCache[Any] = ExpiringCache(
-            on_event=metrics.cache_counter("credentials"), tenant_of=namespace_of
-        )
-        # One pool for every backend: the node's memory is one, whichever store a mount reads.
-        self.reads = ReadBytes(
-            core.max_read_bytes,
-            core.max_read_bytes_per_namespace,
-            core.max_response_bytes + ANSWER_SLACK,
-        )
-        self.work = WorkShares(PARSE_SHARE, PARSE_WINDOW)
-        self._built: dict[str, AnyBackend] = {}
-        self._closers: list[tuple[str, Callable[[], Awaitable[None]]]] = []
-
-    def on_close(self, close: Callable[[], Awaitable[None]], name: str) -> None:
-        """Run `close` at shutdown before the backends close (the fetcher's loads use them);
-        `name` is what a failure to close is logged as."""
-        self._closers.append((name, close))
-
-    def options_for(self, name: str) -> Any:
-        """The store's Options from the flags, or its defaults when none were parsed."""
-        options = self._options.get(name)
-        return options if options is not None else registry.options_class(name)()
-
-    def get(self, name: str) -> AnyBackend:
-        backend = self._built.get(name)
-        if backend is None:
-            env = BackendEnv(
-                name=name,
-                core=self._core,
-                options=self.options_for(name),
-                kube=self._kube,
-                metrics=self._metrics,
-                credentials=self._credentials,
-                reads=self.reads,
-                work=self.work,
-            )
-            backend = self._built[name] = registry.create(env)
-        return backend
-
-    async def close(self) -> None:
-        """Close what uses the backends, then each backend, then the Kubernetes client; a
-        failure is logged (one line naming what failed to close) and the rest still closed."""
-        for name, close in self._closers:
-            await released(name, close)
-        for name, backend in self._built.items():
-            await released(f"the {name} backend", backend.close)
-        await released("the Kubernetes client", self._kube.close)
 
 
 def load_versioner(path: str | None, *, warn: bool = True) -> Versioner:
@@ -145,11 +73,10 @@ def build_mounter(
     )
     backends.on_close(fetcher.close, "the fetcher")
     mounter = Mounter(
-        backend_for=backends.get,
-        options_for=backends.options_for,
+        backends=backends,
         fetcher=fetcher,
         versioner=load_versioner(settings.hmac_key_file, warn=warn_random_key),
-        enable_fake=core.enable_fake_backend,
+        enable_test_stores=core.enable_fake_backend,
         max_objects=core.max_objects,
         max_response_bytes=core.max_response_bytes,
         strict_parameters=core.strict_parameters,
@@ -242,23 +169,6 @@ async def serve(
             await asyncio.shield(stack.aclose())
             log.info("stopped")
     return 0
-
-
-async def released(name: str, release: Callable[[], object]) -> None:
-    """Call `release` (and await what it returns, if anything); a failure is logged as one line
-    naming `name` (the exception's type, and its text masked of anything that could be a
-    secret), not raised, so that what is released after it still is."""
-    try:
-        result = release()
-        if inspect.isawaitable(result):
-            await result
-    except Exception as exc:
-        log.warning(
-            "could not release a resource",
-            extra={
-                "fields": {"resource": name, "error": type(exc).__name__, "detail": redacted(exc)}
-            },
-        )
 
 
 def _on_exit(stack: contextlib.AsyncExitStack, name: str, release: Callable[[], object]) -> None:

@@ -1,10 +1,11 @@
 """The thin gRPC edge: the only module that touches grpc and the generated stubs (with
 status.py, the table of status codes).
 
-request -> prepared.Requests (attributes.parse_request, kept by the raw fields) ->
-Mounter.mount -> MountResult -> response. Every BridgeError becomes its status code (its
-`Status`, mapped by provider/edge/status.py) with its (secret-free) message; anything else
-becomes INTERNAL with a fixed text, and the traceback goes to the log only.
+request -> the mounter: the request it kept by these raw fields and its answer, while that is
+fresh (`Mounter.recall`, `answered`); else `prepare` and `answer` -> response, kept with the
+answer. Every BridgeError becomes its status code (its `Status`, mapped by
+provider/edge/status.py) with its (secret-free) message; anything else becomes INTERNAL with a
+fixed text, and the traceback goes to the log only.
 """
 
 from __future__ import annotations
@@ -14,7 +15,6 @@ import functools
 import json
 import logging
 import time
-import weakref
 from typing import Any
 
 import grpc
@@ -24,15 +24,14 @@ from protos import provider_pb2, provider_pb2_grpc
 from provider import __version__
 from provider.core.errors import INTERNAL_TEXT, BridgeError, DeadlineExceeded, Status
 from provider.core.metrics import Metrics
-from provider.edge.attributes import POD_NAMESPACE
 from provider.edge.audit import UNWRITABLE_TEXT, AuditTrail
 from provider.edge.logs import TENANT
-from provider.edge.prepared import Requests
 from provider.edge.repeats import Repeats
 from provider.edge.status import grpc_code
 from provider.edge.watchdog import Watchdog
-from provider.mount.mounting import DEFAULT_DEADLINE, Mounter, MountInput, MountResult
+from provider.mount.mounting import DEFAULT_DEADLINE, Answer, Mounter, MountInput, MountResult
 from provider.mount.planning import MULTI
+from provider.mount.request import POD_NAMESPACE
 
 log = logging.getLogger("secrets_bridge.server")
 
@@ -51,8 +50,6 @@ class ProviderServicer(provider_pb2_grpc.CSIDriverProviderServicer):  # type: ig
     ) -> None:
         self._mounter = mounter
         self._metrics = metrics
-        #: Parsed requests by their raw fields: the driver re-sends each volume's unchanged.
-        self._requests = Requests(mounter)
         #: `--log-repeats-every`: a volume's unchanged re-mounts, and its failures with the
         #: same code and message, are counted, not each logged.
         self._repeats = Repeats(log_repeats_every)
@@ -61,9 +58,6 @@ class ProviderServicer(provider_pb2_grpc.CSIDriverProviderServicer):  # type: ig
         metrics.mounts_in_flight.set_function(self._watchdog.__len__)
         #: `--audit-log`: every answer and refusal is recorded before it is sent.
         self._audit = audit
-        self._last_response: tuple[weakref.ref[MountResult], provider_pb2.MountResponse] | None = (
-            None
-        )
         self._series: dict[tuple[str, str], tuple[Any, Any]] = {}
 
     async def Version(
@@ -81,6 +75,17 @@ class ProviderServicer(provider_pb2_grpc.CSIDriverProviderServicer):  # type: ig
         backend = "unknown"
         mount_input: MountInput | None = None
         audit = self._audit
+        raw = (request.attributes, request.secrets, request.permission, request.target_path)
+        # The driver re-sends each volume's request unchanged: the answer it got, while every
+        # value in it is still cached, is the whole of this mount. (The audit trail records
+        # where each value came from, which only a read says.)
+        held = self._mounter.recall(raw)
+        if held is not None and audit is None:
+            answer = self._mounter.answered(held)
+            if answer is not None:
+                TENANT.set(held.input.pod.namespace)
+                volume = _volume(held.input.target_path, held.fields)
+                return self._answer(answer, volume, held.fields, start)
         # Lines logged on this mount's way count against its namespace's log budget; it is
         # read from the request only if one is logged before the request is parsed.
         TENANT.set(functools.partial(_namespace_in, request.attributes))
@@ -89,12 +94,8 @@ class ProviderServicer(provider_pb2_grpc.CSIDriverProviderServicer):  # type: ig
             if remaining is None:
                 remaining = DEFAULT_DEADLINE
             ends = time.monotonic() + remaining
-            prepared = await self._requests.prepare(
-                request.attributes,
-                request.secrets,
-                request.permission,
-                request.target_path,
-                deadline=ends - answer_margin(remaining),
+            prepared = held or await self._mounter.prepare(
+                raw, deadline=ends - answer_margin(remaining)
             )
             mount_input, fields, backend = prepared.input, prepared.fields, prepared.backend
             TENANT.set(mount_input.pod.namespace)
@@ -108,8 +109,8 @@ class ProviderServicer(provider_pb2_grpc.CSIDriverProviderServicer):  # type: ig
             assert task is not None  # grpc runs each call's handler in a task of its own
             self._watchdog.watch(task, budget + margin / 2)
             try:
-                result = await self._mounter.mount(
-                    mount_input, budget=budget, audit=audit is not None, plan=prepared.plan
+                answer = await self._mounter.answer(
+                    prepared, budget=budget, audit=audit is not None
                 )
             except asyncio.CancelledError:
                 if not self._watchdog.fired(task):
@@ -144,11 +145,13 @@ class ProviderServicer(provider_pb2_grpc.CSIDriverProviderServicer):  # type: ig
                 line = {**fields, "repeats": repeats} if repeats else fields
                 log.exception("mount failed unexpectedly", extra={"fields": line})
         else:
+            result = answer.result
+            assert result is not None  # just built: nothing dropped it yet
             if audit is not None and not audit.answered(mount_input, result):
                 code, message, audit = Status.UNAVAILABLE, UNWRITABLE_TEXT, None
             else:
                 volume = _volume(mount_input.target_path, fields)
-                return self._answer(result, volume, fields, start)
+                return self._answer(answer, volume, fields, start)
         if audit is not None:
             audit.refused(mount_input, code.name, message)
         try:
@@ -166,14 +169,16 @@ class ProviderServicer(provider_pb2_grpc.CSIDriverProviderServicer):  # type: ig
         raise AssertionError("unreachable: context.abort raises")
 
     def _answer(
-        self, result: MountResult, volume: str, fields: dict[str, object], start: float
+        self, answer: Answer, volume: str, fields: dict[str, object], start: float
     ) -> provider_pb2.MountResponse:
+        result = answer.result
+        assert result is not None  # the mounter hands over only answers it has not dropped
         end = time.perf_counter()
         elapsed = end - start
         self._record(result.backend, "OK", elapsed)
         if log.isEnabledFor(logging.INFO):
-            answer = (fields["class"], result.versions)
-            repeats = self._repeats.quiet(volume, answer, elapsed, end)
+            said = (fields["class"], result.versions)
+            repeats = self._repeats.quiet(volume, said, elapsed, end)
             if repeats is not None:
                 line = {
                     **fields,
@@ -190,7 +195,12 @@ class ProviderServicer(provider_pb2_grpc.CSIDriverProviderServicer):  # type: ig
         if log.isEnabledFor(logging.DEBUG):
             versions = {v.id: v.version for v in result.versions}
             log.debug("mount answer", extra={"fields": {**fields, "versions": versions}})
-        return self._response(result)
+        # The protobuf is kept with the answer (and dropped with it): every mount answered
+        # again sends the same one.
+        reply = answer.reply
+        if not isinstance(reply, provider_pb2.MountResponse):
+            reply = answer.reply = _response(result)
+        return reply
 
     def _failed(
         self, volume: str, fields: dict[str, object], code: str, message: str
@@ -208,25 +218,6 @@ class ProviderServicer(provider_pb2_grpc.CSIDriverProviderServicer):  # type: ig
             extra={"fields": {**fields, "ms": round(elapsed * 1000, 1)}},
         )
         self._record(backend if backend in _KNOWN else "unknown", "CANCELLED", elapsed)
-
-    def _response(self, result: MountResult) -> provider_pb2.MountResponse:
-        """The protobuf answer; reused while the mounter hands back the same (memoized)
-        result, which is what every cached mount of one class gets. The result is held weakly
-        and the response dropped with it, so with caching off no secret stays here either."""
-        held = self._last_response
-        if held is not None:
-            if held[0]() is result:
-                return held[1]
-            self._last_response = None
-        response = _response(result)
-        ref = weakref.ref(result, self._forget)
-        self._last_response = (ref, response)
-        return response
-
-    def _forget(self, ref: weakref.ref[MountResult]) -> None:
-        held = self._last_response
-        if held is not None and held[0] is ref:
-            self._last_response = None
 
     def _record(self, backend: str, code: str, seconds: float) -> None:
         # The label children are looked up once per (backend, code) (measured: BENCHMARKS.md,

@@ -21,12 +21,13 @@ from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import Hashable, Mapping, Sequence
+import weakref
+from collections.abc import Hashable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from types import TracebackType
 
 from provider.core import waiting
-from provider.core.caching import ExpiringCache
+from provider.core.caching import Entry, ExpiringCache
 from provider.core.errors import BridgeError, DeadlineExceeded, NotFound
 from provider.core.limits import FetchSlots, RateLimiter, namespace_of
 from provider.core.metrics import Metrics
@@ -100,7 +101,10 @@ class Fetcher:
     ) -> None:
         self._ttl = cache_ttl
         self._metrics = metrics
+        # A value with a lease or a certificate is held per pod; what it does not hold, it
+        # reads through this fetcher's plain read.
         self._lifetimes = Lifetimes(
+            self.plain,
             metrics=metrics,
             renew_at=renew_at,
             idle_after=lease_idle_after,
@@ -110,6 +114,8 @@ class Fetcher:
             replaced_grace=replaced_credential_grace,
         )
         self._count = metrics.cache_counter("values")
+        #: Bound once: counted at every mount answered again.
+        self._hits = metrics.cache_events.labels("values", "hit")
         self._cache: ExpiringCache[Sequence[SecretValue]] = ExpiringCache(
             max_entries=max_entries,
             max_bytes=max_bytes,
@@ -163,13 +169,29 @@ class Fetcher:
             return None
         found = self._cache.get_all(keys, window)
         if found is not None:
-            self._count("hit", len(found))
-            if refresh is not None:  # reused under the class's own policy
-                self._metrics.class_refresh_reuses.inc(len(found))
+            self._count_hits(len(found), refresh)
         return found
 
+    def entries(
+        self, keys: Sequence[Key], values: Iterable[Sequence[SecretValue]]
+    ) -> list[Entry[Sequence[SecretValue]]] | None:
+        """The value cache's entries holding these very values (what an answer built from them
+        may be kept by), or None when one is not kept."""
+        return self._cache.entries(keys, values)
+
+    def fresh(
+        self, held: Sequence[weakref.ref[Entry[Sequence[SecretValue]]]], refresh: float | None
+    ) -> bool:
+        """Whether every one of these entries is still kept and within the class's reuse
+        window, counted as hits if so: the whole fetch of a mount answered again."""
+        window = self._ttl if refresh is None else refresh
+        if window <= 0 or not self._cache.fresh(held, window):
+            return False
+        self._count_hits(len(held), refresh)
+        return True
+
     def _count_hits(self, hits: int, refresh: float | None) -> None:
-        self._count("hit", hits)
+        self._hits.inc(hits)
         if refresh is not None:  # reused under the class's own policy
             self._metrics.class_refresh_reuses.inc(hits)
 
@@ -186,7 +208,7 @@ class Fetcher:
         With `owner` (the pod), values with a lifetime are held for it across its polls
         (provider/mount/lifetimes.py)."""
         if owner is not None:
-            return await self._lifetimes.fetch(self.plain, read, owner, refs, ctx, sources)
+            return await self._lifetimes.fetch(read, owner, refs, ctx, sources)
         return await self.plain(read, refs, ctx, sources)
 
     async def plain(

@@ -167,6 +167,7 @@ async def measured(values: Sequence[SecretValue]) -> int:
 class Lifetimes:
     def __init__(
         self,
+        plain: Plain,
         *,
         metrics: Metrics,
         renew_at: float = 2 / 3,
@@ -177,6 +178,8 @@ class Lifetimes:
         replaced_grace: float = 300.0,
         clock: Callable[[], float] = time.monotonic,
     ) -> None:
+        #: The read of what is not held (the fetcher's value cache and shared loads).
+        self._plain = plain
         self._metrics = metrics
         self._renew_at = renew_at
         self._min_renew_interval = min_renew_interval
@@ -211,7 +214,6 @@ class Lifetimes:
 
     async def fetch(
         self,
-        plain: Plain,
         read: StoreRead,
         owner: Owner,
         refs: Sequence[Hashable],
@@ -249,7 +251,7 @@ class Lifetimes:
                     unheld.append(ref)
         if unheld:
             try:
-                fetched = await self._read(plain, read, owner, unheld, ctx, sources)
+                fetched = await self._read(read, owner, unheld, ctx, sources)
             except BridgeError as exc:  # a refused login: held credentials may still answer
                 if not due:
                     raise
@@ -309,7 +311,6 @@ class Lifetimes:
 
     async def _read(
         self,
-        plain: Plain,
         read: StoreRead,
         owner: Owner,
         refs: list[Hashable],
@@ -319,7 +320,7 @@ class Lifetimes:
         """The plain read of `refs`, the known ones for this pod alone; a credential that came
         from a read shared with another pod that holds it already is read again, alone."""
         mine = dataclasses.replace(owner, private=self.private(read.store, refs))
-        fetched = await plain(read, refs, ctx, sources, mine)
+        fetched = await self._plain(read, refs, ctx, sources, mine)
         taken = [
             ref
             for ref, result in fetched.items()
@@ -329,7 +330,7 @@ class Lifetimes:
         ]
         if taken:
             alone = dataclasses.replace(owner, private=frozenset(taken))
-            fetched.update(await plain(read, taken, ctx, sources, alone))
+            fetched.update(await self._plain(read, taken, ctx, sources, alone))
         return fetched
 
     def _settle(

@@ -1,7 +1,23 @@
-"""One Mount, store-neutral: plan -> identity -> fetch -> files (provider/mount/building.py).
+"""One Mount, store-neutral: raw request -> plan -> identity -> fetch -> files
+(provider/mount/building.py).
 
 All or nothing: every object's failure is gathered into one error, and no file is returned
 unless every object and template succeeded and every path passed the driver's rules.
+
+The driver re-sends each volume's request unchanged at every rotation poll, so the mounter keeps
+each parsed request by its four raw fields, byte for byte (`prepare`), with the answer it last
+got (`Request.answer`); while every value that answer was built from is still the one the value
+cache keeps, within the class's window, that answer is the next mount's (`answered`): no parse,
+no identify, no key looked up. An `Answer` is shared by the requests of one class, namespace and
+permission built from the same cache entries, and lives exactly as long as those entries: when
+the cache drops one (expired, replaced, evicted), the answer and its files are dropped with it,
+so with caching off no secret outlives its Mount here.
+
+Bounds: requests kept by entries and raw bytes (a hostile class is megabytes of parameters;
+such a request is parsed at every mount); answers by their file bytes. A namespace sending many
+distinct requests can evict others' entries: they are parsed again, which is what every mount
+cost without them. What a request entry holds — the pod's token and the node-publish secret
+among it — is what the request carried and the identity caches hold anyway.
 """
 
 from __future__ import annotations
@@ -10,14 +26,16 @@ import asyncio
 import dataclasses
 import functools
 import logging
+import math
 import time
 import weakref
-from collections.abc import Callable, Hashable, Mapping, Sequence
+from collections.abc import Hashable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, cast
 
-from provider.core.backend import INLINE_PARSE_BYTES, AnyBackend
+from provider.core.backend import INLINE_PARSE_BYTES
 from provider.core.boundedyaml import yaml_node_budget
+from provider.core.caching import Entry
 from provider.core.errors import InvalidParameters, MountFailed
 from provider.core.files import File, ObjectVersion
 from provider.core.identity import pod_named
@@ -27,10 +45,14 @@ from provider.core.model import FetchContext, ObjectSpec, Pod, SecretValue, Sour
 from provider.core.versions import Versioner
 from provider.mount import gathering
 from provider.mount.auditing import Served, served
+from provider.mount.backends import Backends
 from provider.mount.building import Builder
 from provider.mount.fetching import Fetcher
-from provider.mount.planning import KUBELET_PREFIX, MountPlan, RefreshBounds, parse_plan
+from provider.mount.planning import KUBELET_PREFIX, MULTI, MountPlan, RefreshBounds, parse_plan
 from provider.mount.reads import StoreRead
+from provider.mount.request import MountInput, Raw, parse_request
+
+__all__ = ["DEFAULT_DEADLINE", "Answer", "MountInput", "MountResult", "Mounter", "Request"]
 
 log = logging.getLogger("secrets_bridge.mounting")
 
@@ -42,17 +64,17 @@ PLAN_CACHE_SIZE = 512
 PLAN_CACHE_BYTES = 16 * 1024 * 1024
 #: A class's parameters as plans are kept by: the kubelet's own keys left out.
 PlanKey = frozenset[tuple[str, str]]
-#: File bytes the memoized answers may hold in all (each is at most --max-response-bytes).
+#: File bytes the kept answers may hold in all (each is at most --max-response-bytes), with
+#: what the edge made of them (their protobuf: as many bytes again).
 ANSWER_CACHE_BYTES = 16 * 1024 * 1024
-
-
-@dataclass(frozen=True)
-class MountInput:
-    params: Mapping[str, str]
-    pod: Pod
-    #: Default file mode from the request's `permission`.
-    permission: int
-    target_path: str = ""
+#: Distinct requests kept: a node runs a few hundred volumes at most.
+MAX_REQUESTS = 1024
+#: Raw request bytes kept in all (a typical request is 2-4 KiB with its token).
+MAX_REQUEST_BYTES = 4 * 1024 * 1024
+#: A larger request is parsed at each mount rather than kept.
+MAX_KEPT_REQUEST = 64 * 1024
+#: (namespace, plan, permission, the cache entries' ids)
+AnswerKey = tuple[str, int, int, tuple[int, ...]]
 
 
 @dataclass(frozen=True)
@@ -68,28 +90,65 @@ class MountResult:
     refresh: float | None = None
 
 
+class Answer:
+    """A mount's answer, and what the edge made of it (`reply`, its protobuf): kept with the
+    value-cache entries it was built from (`held`, weakly), dropped with the first of them."""
+
+    __slots__ = ("held", "plan", "reply", "result")
+
+    def __init__(
+        self,
+        result: MountResult,
+        plan: MountPlan | None = None,
+        held: tuple[weakref.ref[Entry[Sequence[SecretValue]]], ...] = (),
+    ) -> None:
+        self.result: MountResult | None = result
+        self.reply: object = None
+        #: The plan it was built with (held, so its id keys no other plan's answer).
+        self.plan = plan
+        self.held = held
+
+    def drop(self) -> None:
+        self.result = self.reply = None
+
+
+@dataclass(eq=False, slots=True)
+class Request:
+    """A parsed request, kept by its raw fields (`Mounter.prepare`): what every later mount of
+    the same fields starts from, and the answer it last got."""
+
+    input: MountInput
+    #: The class's plan; None when the class is refused (`Mounter.answer` raises its problems).
+    plan: MountPlan | None
+    #: The pod's fields of the mount's log lines; shared by every mount of this entry, so
+    #: never changed (a line adds its own fields to a copy).
+    fields: dict[str, object]
+    #: The backend as the class names it (the metrics label is checked against a fixed set).
+    backend: str
+    #: The answer last built for it, while the values it was built from are cached.
+    answer: Answer | None = None
+
+
 class Mounter:
     def __init__(
         self,
         *,
-        backend_for: Callable[[str], AnyBackend],
-        options_for: Callable[[str], Any],
+        backends: Backends,
         fetcher: Fetcher,
         versioner: Versioner,
-        enable_fake: bool,
+        enable_test_stores: bool,
         max_objects: int,
         max_response_bytes: int,
         strict_parameters: bool = False,
         refresh_bounds: RefreshBounds | None = None,
         shares: WorkShares | None = None,
     ) -> None:
-        self._backend_for = backend_for
+        self._backends = backends
         self._strict = strict_parameters
         self._refresh_bounds = refresh_bounds
-        self._options_for = options_for
         self._fetcher = fetcher
         self._builder = Builder(versioner, max_response_bytes, max_objects)
-        self._enable_fake = enable_fake
+        self._enable_test_stores = enable_test_stores
         self._max_objects = max_objects
         # Parsed plans by parameters: every pod of a class sends the same parameters, and
         # parsing YAML costs more than the rest of a cached mount. Plans are pure functions of
@@ -101,10 +160,65 @@ class Mounter:
         #: loop, within each namespace's one share (the stores' large answers use it too).
         self._shares = shares or WorkShares(PARSE_SHARE, PARSE_WINDOW)
         self._parsing: dict[PlanKey, asyncio.Future[MountPlan | _Refused]] = {}
-        self._answers: Memo[
-            tuple[str, int, int, tuple[int, ...]],
-            tuple[MountPlan, tuple[weakref.ref[SecretValue], ...], MountResult],
-        ] = Memo(PLAN_CACHE_SIZE, ANSWER_CACHE_BYTES)
+        #: Parsed requests by their raw fields, with their answers.
+        self._requests: Memo[Raw, Request] = Memo(MAX_REQUESTS, MAX_REQUEST_BYTES)
+        #: The answers requests share, by what they were built from; one dropped here is dead.
+        self._answers: Memo[AnswerKey, Answer] = Memo(
+            PLAN_CACHE_SIZE, ANSWER_CACHE_BYTES, on_drop=Answer.drop
+        )
+
+    def recall(self, raw: Raw) -> Request | None:
+        """The request of these very fields, as `prepare` kept it, if it is kept."""
+        return self._requests.get(raw)
+
+    def answered(self, request: Request) -> Answer | None:
+        """The request's last answer, if every value it was built from is still cached within
+        the class's window: the whole of a mount answered again (no parse, identify or key
+        lookup). Its `result` is set."""
+        answer = request.answer
+        if answer is None or answer.result is None or request.plan is None:
+            return None
+        return answer if self._fetcher.fresh(answer.held, request.plan.refresh) else None
+
+    async def prepare(self, raw: Raw, deadline: float = math.inf) -> Request:
+        """The parsed request; raises `InvalidParameters` for one that does not parse. A class
+        nobody parsed yet is parsed within the pod's namespace's share (`plan_in_turn`), by
+        `deadline` (time.monotonic()). Kept by its raw fields unless its class is refused
+        (the plan memo keeps that verdict) or it is large."""
+        held = self._requests.get(raw)
+        if held is not None:
+            return held
+        mount_input = parse_request(*raw)
+        params, pod = mount_input.params, mount_input.pod
+        fields: dict[str, object] = {
+            "namespace": pod.namespace,
+            "pod": pod.name,
+            "serviceaccount": pod.service_account,
+            "class": params.get("secretProviderClass", ""),
+        }
+        backend = MULTI if "stores" in params else params.get("backend", "unknown")
+        try:
+            plan: MountPlan | None = await self.plan_in_turn(params, pod.namespace, deadline)
+        except InvalidParameters:
+            plan = None  # the mount raises the class's problems, with the pod's log fields
+        request = Request(mount_input, plan, fields, backend)
+        size = sum(len(field) for field in raw)
+        if plan is not None and size <= MAX_KEPT_REQUEST:
+            self._requests.put(raw, request, size)
+        return request
+
+    def requests_kept(self) -> int:
+        return len(self._requests)
+
+    async def answer(
+        self, request: Request, *, budget: float | None = None, audit: bool = False
+    ) -> Answer:
+        """`mount` of a prepared request; the answer is kept with it when it can be
+        (`answered`)."""
+        plan = request.plan if request.plan is not None else self.plan(request.input.params)
+        answer = await self._answer(request.input, plan, budget, audit)
+        request.answer = answer if answer.held else None
+        return answer
 
     def plan(self, params: Mapping[str, str]) -> MountPlan:
         """The class's plan, parsed here if nobody parsed it yet (`check`, `mount`, tests)."""
@@ -145,8 +259,8 @@ class Mounter:
         try:
             return parse_plan(
                 params,
-                options_for=self._options_for,
-                enable_fake=self._enable_fake,
+                options_for=self._backends.options_for,
+                enable_test_stores=self._enable_test_stores,
                 max_objects=self._max_objects,
                 strict=self._strict,
                 refresh_bounds=self._refresh_bounds,
@@ -188,13 +302,20 @@ class Mounter:
     ) -> MountResult:
         """The answer; with `audit` (the audit trail is on), also what it records of each
         object in `MountResult.served`. `plan` is `self.plan(request.params)` when the caller
-        already holds it (the edge keeps it with the parsed request)."""
-        # The budget counts from the call, not from after identify (a TokenRequest takes time).
-        now = time.monotonic()
+        already holds it."""
         if plan is None:
             plan = self.plan(request.params)
+        result = (await self._answer(request, plan, budget, audit)).result
+        assert result is not None  # a fresh answer: nothing dropped it yet
+        return result
+
+    async def _answer(
+        self, request: MountInput, plan: MountPlan, budget: float | None, audit: bool
+    ) -> Answer:
+        # The budget counts from the call, not from after identify (a TokenRequest takes time).
+        now = time.monotonic()
         # Identity first: no token, no answer — before any cache is consulted.
-        reads = await gathering.identify(plan, request.pod, self._backend_for)
+        reads = await gathering.identify(plan, request.pod, self._backends.get)
         # Every value cached: the answer without setting up a read. (With the audit trail on,
         # the read below also says where each value came from.)
         got = None if audit else gathering.cached(self._fetcher, plan, reads)
@@ -216,11 +337,52 @@ class Mounter:
             raise MountFailed(failures, context=_where(plan, reads, request.pod))
         if got.absent:
             _announce_absent(plan, got.absent, request.pod)
-        answer = self._memoized(plan, got, request.permission, request.pod.namespace)
-        if answer is None:
+        scope = request.pod.namespace
+        entries = self._entries(plan, got, reads)
+        key = None if entries is None else _answer_key(plan, entries, request.permission, scope)
+        answer = None if key is None else self._answers.get(key)
+        if answer is None or answer.plan is not plan or answer.result is None:
             deadline = now + (DEFAULT_DEADLINE if budget is None else budget)
-            answer = await self._build(plan, got, request.permission, request.pod, deadline)
-        return answer if sources is None else _with_served(answer, plan, sources, got.values)
+            result = await self._build(plan, got, request.permission, request.pod, deadline)
+            answer = self._keep(key, plan, entries, result)
+        if sources is None:
+            return answer
+        assert answer.result is not None
+        return Answer(_with_served(answer.result, plan, sources, got.values))
+
+    def _entries(
+        self, plan: MountPlan, got: gathering.Gathered, reads: Sequence[StoreRead]
+    ) -> list[Entry[Sequence[SecretValue]]] | None:
+        """The value-cache entries of every value the answer is built from, or None when it
+        may not be kept by them: a value not cached (caching off, a stale copy, a held
+        credential), an optional object absent, an empty selection."""
+        if got.absent or not got.values or not all(got.values.values()):
+            return None
+        # Values are keyed by (store index, ref), a fallback's by (its store's index, ref, ...).
+        keys = [
+            reads[key[0]].key(key[1]) for key in cast(Iterable[tuple[int, Hashable]], got.values)
+        ]
+        return self._fetcher.entries(keys, got.values.values())
+
+    def _keep(
+        self,
+        key: AnswerKey | None,
+        plan: MountPlan,
+        entries: Sequence[Entry[Sequence[SecretValue]]] | None,
+        result: MountResult,
+    ) -> Answer:
+        """The answer, kept by its cache entries when it has them: each entry's end ends it."""
+        if key is None or entries is None:
+            return Answer(result)
+        forget = functools.partial(self._forget, key)
+        answer = Answer(result, plan, tuple(weakref.ref(entry, forget) for entry in entries))
+        # The edge's protobuf of it holds the same bytes again.
+        self._answers.put(key, answer, 2 * sum(len(f.contents) for f in result.files))
+        return answer
+
+    def _forget(self, key: AnswerKey, _entry: object) -> None:
+        """A cache entry an answer was built from is gone: so is the answer."""
+        self._answers.drop(key)
 
     def requested(self, params: Mapping[str, str]) -> tuple[Served, ...]:
         """What a refused mount asked for, for the audit trail (nothing if the class does not
@@ -230,33 +392,12 @@ class Mounter:
         except InvalidParameters:
             return ()
 
-    def _memoized(
-        self, plan: MountPlan, got: gathering.Gathered, permission: int, scope: str
-    ) -> MountResult | None:
-        """The answer built from the very same value objects (a value-cache hit), if held.
-
-        Building (transforms, templates, HMACs, path checks) is a pure function of the plan,
-        the permission, the version scope (the namespace) and the values. The entry holds the
-        values only weakly, and is dropped when they die: an answer lives exactly as long as a
-        cache (value cache, AWS revalidation, serve-stale) keeps its values, so with caching
-        off no secret outlives its Mount here.
-        """
-        flat = [value for seq in got.values.values() for value in seq]
-        entry = self._answers.get(_answer_key(plan, flat, permission, scope))
-        if entry is not None:
-            held_plan, held_values, result = entry
-            if held_plan is plan and all(
-                ref() is value for ref, value in zip(held_values, flat, strict=True)
-            ):
-                return result
-        return None
-
     async def _build(
         self, plan: MountPlan, got: gathering.Gathered, permission: int, pod: Pod, deadline: float
     ) -> MountResult:
-        """Build the files, and keep the answer for as long as its values live. Values that
-        must be parsed (extract, explode) and are large are built off the event loop, in the
-        namespace's share: a 3.9 MB secret of 220,000 keys takes 0.1-0.2 s to parse."""
+        """Build the files. Values that must be parsed (extract, explode) and are large are
+        built off the event loop, in the namespace's share: a 3.9 MB secret of 220,000 keys
+        takes 0.1-0.2 s to parse."""
         scope = pod.namespace
 
         def build() -> MountResult:
@@ -273,12 +414,6 @@ class Mounter:
             result = await self._shares.run(scope, build, deadline, what)
         else:
             result = build()
-        flat = [value for seq in got.values.values() for value in seq]
-        key = _answer_key(plan, flat, permission, scope)
-        size = sum(len(f.contents) for f in result.files)
-        self._answers.put(key, (plan, tuple(weakref.ref(v) for v in flat), result), size)
-        for value in flat:
-            weakref.finalize(value, self._answers.drop, key)
         return result
 
 
@@ -292,9 +427,9 @@ def _parses_much(got: gathering.Gathered) -> bool:
 
 
 def _answer_key(
-    plan: MountPlan, flat: Sequence[SecretValue], permission: int, scope: str
-) -> tuple[str, int, int, tuple[int, ...]]:
-    return (scope, id(plan), permission, tuple(id(v) for v in flat))
+    plan: MountPlan, entries: Sequence[Entry[Sequence[SecretValue]]], permission: int, scope: str
+) -> AnswerKey:
+    return (scope, id(plan), permission, tuple(id(entry) for entry in entries))
 
 
 @dataclass(frozen=True)

@@ -16,7 +16,7 @@ from hypothesis import strategies as st
 
 from backends import registry
 from provider.core.errors import InvalidParameters
-from provider.edge.attributes import parse_request
+from provider.mount.request import parse_request
 from provider.mount.planning import parse_plan
 
 FUZZ = settings(
@@ -90,7 +90,7 @@ def test_dialect_parsers_fail_cleanly(backend: str) -> None:
     @given(params_for(backend))
     def check(params: dict[str, str]) -> None:
         try:
-            parse_plan(params, options_for=lambda _n: None, enable_fake=True)
+            parse_plan(params, options_for=lambda _n: None, enable_test_stores=True)
         except InvalidParameters as exc:
             assert exc.problems and all(isinstance(p, str) and p for p in exc.problems)
 
@@ -124,6 +124,6 @@ def test_ten_thousand_objects_are_refused_quickly() -> None:
     start = time.monotonic()
     with pytest.raises(InvalidParameters):
         parse_plan(
-            {"backend": "fake", "objects": objects}, options_for=lambda _n: None, enable_fake=True
+            {"backend": "fake", "objects": objects}, options_for=lambda _n: None, enable_test_stores=True
         )
     assert time.monotonic() - start < 5

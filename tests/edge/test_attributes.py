@@ -12,7 +12,7 @@ import pytest
 from devkit.serving import Provider
 from devkit.testing import attributes, mount_request
 from provider.core.errors import InvalidParameters
-from provider.edge.attributes import TOKENS, parse_request
+from provider.mount.request import TOKENS, parse_request
 
 POD = {
     "csi.storage.k8s.io/pod.name": "web-1",

@@ -187,7 +187,7 @@ async def test_fake_backend_is_off_unless_enabled() -> None:
 
     with pytest.raises(InvalidParameters, match="--enable-fake-backend"):
         parse_plan(
-            {"backend": "fake", "objects": "[]"}, options_for=lambda _n: None, enable_fake=False
+            {"backend": "fake", "objects": "[]"}, options_for=lambda _n: None, enable_test_stores=False
         )
 
 

@@ -32,13 +32,17 @@ async def test_no_response_outlives_its_mount_without_caching(tmp_path: Path) ->
     harness = Harness(tmp_path)
     harness.write({"secrets": {"api-key": "key-123"}})
     servicer = ProviderServicer(mounter=harness.mounter, metrics=harness.metrics)
-    response = await servicer.Mount(
-        mount_request(attributes([{"objectName": "api-key"}])), _Context()
-    )
+    request = mount_request(attributes([{"objectName": "api-key"}]))
+    response = await servicer.Mount(request, _Context())
     assert response.files[0].contents == b"key-123"
     del response
     await settle()
-    assert servicer._last_response is None
+    # The response is kept only with an answer, and no answer is kept without caching.
+    held = harness.mounter.recall(
+        (request.attributes, request.secrets, request.permission, request.target_path)
+    )
+    assert held is not None and held.answer is None
+    assert len(harness.mounter._answers) == 0
 
 
 async def test_cached_mounts_reuse_one_response(tmp_path: Path) -> None:

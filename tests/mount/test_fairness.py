@@ -197,7 +197,7 @@ async def test_identity_keys_name_the_pods_namespace(tmp_path: Path, scope: str)
     backend = registry.create(env)
     try:
         plan = parse_plan(
-            params, options_for=lambda _n: VaultOptions(), enable_fake=False, max_objects=10
+            params, options_for=lambda _n: VaultOptions(), enable_test_stores=False, max_objects=10
         )
         identity = await backend.identify(plan.store, pod)
     finally:

@@ -29,7 +29,7 @@ def plan(objects: list[Any], stores: dict[str, Any] | None = None, **extra: str)
         "objects": yaml.safe_dump(objects),
         **extra,
     }
-    return parse_plan(params, options_for=None, enable_fake=True)
+    return parse_plan(params, options_for=None, enable_test_stores=True)
 
 
 def problems(objects: list[Any], stores: dict[str, Any] | None = None, **extra: str) -> list[str]:
@@ -72,7 +72,7 @@ def test_each_store_parses_its_entries_in_its_own_dialect() -> None:
 
 def test_a_backend_class_is_one_unnamed_store() -> None:
     params = {"backend": "fake", "objects": "- objectName: a"}
-    got = parse_plan(params, options_for=None, enable_fake=True)
+    got = parse_plan(params, options_for=None, enable_test_stores=True)
     assert not got.named and got.backend == "fake" and got.store.objects[0].name == "a"
 
 
@@ -176,7 +176,7 @@ def test_the_object_limit_counts_every_store() -> None:
         parse_plan(
             {"stores": yaml.safe_dump(stores), "objects": yaml.safe_dump(objects)},
             options_for=None,
-            enable_fake=True,
+            enable_test_stores=True,
             max_objects=5,
         )
 

@@ -55,7 +55,7 @@ NEAREST = {
 @pytest.mark.parametrize("dialect", sorted(TYPO_CLASSES))
 def test_unknown_object_key_warns_as_upstream_drops_it(dialect: str) -> None:
     params, fragment = TYPO_CLASSES[dialect]
-    plan = parse_plan({**params, "backend": dialect}, options_for=None, enable_fake=False)
+    plan = parse_plan({**params, "backend": dialect}, options_for=None, enable_test_stores=False)
     (warning,) = [w for w in plan.warnings if fragment in w]
     assert "is ignored, as upstream ignores it" in warning
     assert f"the nearest known key is {NEAREST[dialect]}" in warning
@@ -65,7 +65,7 @@ def test_unknown_object_key_warns_as_upstream_drops_it(dialect: str) -> None:
 def test_strict_parameters_refuses_unknown_object_keys(dialect: str) -> None:
     params, fragment = TYPO_CLASSES[dialect]
     with pytest.raises(InvalidParameters) as err:
-        parse_plan({**params, "backend": dialect}, options_for=None, enable_fake=False, strict=True)
+        parse_plan({**params, "backend": dialect}, options_for=None, enable_test_stores=False, strict=True)
     (problem,) = [p for p in err.value.problems if fragment in p]
     assert "--strict-parameters" in problem and NEAREST[dialect] in problem
 
@@ -115,7 +115,7 @@ def test_azure_switches_parse_like_go_parse_bool(text: str, value: bool) -> None
     plan = parse_plan(
         {**AZURE, "backend": "azure", "useVMManagedIdentity": f" {text} ", "objects": objects},
         options_for=None,
-        enable_fake=False,
+        enable_test_stores=False,
     )
     assert (plan.store.store.auth == "vm-managed-identity") is value
 
@@ -126,13 +126,13 @@ def test_other_spellings_are_refused_as_upstream_refuses_them(text: str) -> None
         parse_plan(
             {**AZURE, "backend": "azure", "useVMManagedIdentity": text, "objects": "array: [a]"},
             options_for=None,
-            enable_fake=False,
+            enable_test_stores=False,
         )
     with pytest.raises(InvalidParameters, match="usePodIdentity: expected"):
         parse_plan(
             {"backend": "aws", "region": "r", "usePodIdentity": text, "objects": "- {}"},
             options_for=None,
-            enable_fake=False,
+            enable_test_stores=False,
         )
 
 
@@ -144,7 +144,7 @@ def test_aws_object_keys_match_ignoring_case_and_may_not_repeat() -> None:
     plan = parse_plan(
         {"backend": "aws", "region": "us-east-1", "objects": objects},
         options_for=None,
-        enable_fake=False,
+        enable_test_stores=False,
     )
     assert [s.name for s in plan.store.objects] == ["a", "u"]
     assert plan.warnings == ()
@@ -156,7 +156,7 @@ def test_aws_object_keys_match_ignoring_case_and_may_not_repeat() -> None:
                 "objects": "- {objectName: a, objectname: b, objectType: secretsmanager}",
             },
             options_for=None,
-            enable_fake=False,
+            enable_test_stores=False,
         )
 
 
@@ -199,7 +199,7 @@ def test_aws_object_keys_match_ignoring_case_and_may_not_repeat() -> None:
     ],
 )
 def test_object_version_ids_are_upstream_ones(params: dict[str, str], ids: list[str]) -> None:
-    plan = parse_plan(params, options_for=None, enable_fake=False)
+    plan = parse_plan(params, options_for=None, enable_test_stores=False)
     assert [s.version_id or s.name for s in plan.store.objects] == ids
 
 

@@ -3,7 +3,7 @@
 Each case in `cases/<dialect>.yaml` is one upstream test row (or one SecretProviderClass an
 upstream e2e suite mounts), transcribed as data with its origin (repository, file, test, ref);
 see README.md here for how each upstream provider decodes its parameters. A case is run the way
-`secrets-bridge check` runs a class: `parse_plan(params, options_for=None, enable_fake=True)`
+`secrets-bridge check` runs a class: `parse_plan(params, options_for=None, enable_test_stores=True)`
 with `backend: <dialect>` added — the only key ever added.
 
 Asserted: upstream's verdict (`verdict`), or, where the case records a deliberate difference
@@ -87,7 +87,7 @@ def test_upstream_case(dialect: str, case: dict[str, Any]) -> None:
     params = {**case["parameters"], "backend": dialect}
     expected = case.get("bridge_verdict", case["verdict"])
     try:
-        plan = parse_plan(params, options_for=None, enable_fake=True)
+        plan = parse_plan(params, options_for=None, enable_test_stores=True)
     except InvalidParameters as exc:
         if expected == "valid":
             pytest.fail(f"refused: {exc.problems}\n  upstream accepts it: {_describe(case)}")

@@ -106,14 +106,14 @@ def test_aws_assume_role_in_a_class_of_several_stores() -> None:
         {"store": "theirs", "objectName": "shared", "objectType": "secretsmanager"},
     ]
     params = {"stores": yaml.safe_dump(stores), "objects": yaml.safe_dump(objects)}
-    plan = parse_plan(params, options_for=None, enable_fake=False)
+    plan = parse_plan(params, options_for=None, enable_test_stores=False)
     by_name = {named.name: named.plan.store for named in plan.stores}
     assert by_name["mine"].assume_role is None
     assert by_name["theirs"].assume_role.role_arn == ROLE_B
     stores["theirs"]["assumeRoleDurationSeconds"] = "7200"
     params["stores"] = yaml.safe_dump(stores)
     with pytest.raises(InvalidParameters) as info:
-        parse_plan(params, options_for=None, enable_fake=False)
+        parse_plan(params, options_for=None, enable_test_stores=False)
     (problem,) = info.value.problems
     assert problem.startswith("store 'theirs': assumeRoleDurationSeconds: expected whole seconds")
 

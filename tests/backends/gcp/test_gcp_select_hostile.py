@@ -139,7 +139,7 @@ BAD_SELECTORS: list[tuple[dict[str, Any], str]] = [
 @pytest.mark.parametrize(("entry", "message"), BAD_SELECTORS)
 def test_bad_selectors_are_refused_naming_the_key(entry: dict[str, Any], message: str) -> None:
     with pytest.raises(InvalidParameters, match=message):
-        parse_plan(select(entry), options_for=None, enable_fake=False)
+        parse_plan(select(entry), options_for=None, enable_test_stores=False)
 
 
 def test_a_selector_parses_without_secrets_and_names_its_filter() -> None:
@@ -149,7 +149,7 @@ def test_a_selector_parses_without_secrets_and_names_its_filter() -> None:
         "labels": {"team": "pay", "env": ""},
         "directory": "app",
     }
-    plan = parse_plan(select(entry), options_for=None, enable_fake=False)
+    plan = parse_plan(select(entry), options_for=None, enable_test_stores=False)
     [spec] = plan.objects
     assert spec.ref.describe() == "projects/proj/secrets/app-* labels env=,team=pay"
     assert spec.ref.list_filter() == "name:app- AND labels.env:* AND labels.team=pay"

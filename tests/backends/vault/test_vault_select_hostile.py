@@ -239,7 +239,7 @@ def plan(*selectors: Any, **params: str) -> Any:
         "select": yaml.safe_dump(list(selectors)),
         **params,
     }
-    return parse_plan(full, options_for=None, enable_fake=False, max_objects=7)
+    return parse_plan(full, options_for=None, enable_test_stores=False, max_objects=7)
 
 
 def test_a_class_of_selectors_only_parses_and_names_them() -> None:
@@ -291,7 +291,7 @@ def test_a_class_without_objects_or_selectors_still_needs_objects() -> None:
         parse_plan(
             {"backend": "vault", "roleName": "app", "vaultAddress": "https://vault:8200"},
             options_for=None,
-            enable_fake=False,
+            enable_test_stores=False,
         )
 
 

@@ -14,7 +14,7 @@ the identity keys, the controller's OWN pod as pod name and uid (empty when its 
 is unset), and tokens it minted for that service account (600 s, bound to no pod); `secrets` is
 `{}`, the target path the placeholder "/mnt/secrets-store". So only the namespace and the service
 account are required here; pod name, pod uid, tokens and the target path may be empty, and
-nothing below depends on the target path being a kubelet path (tests/edge/test_attributes_sync.py).
+nothing below depends on the target path being a kubelet path (tests/mount/test_request_sync.py).
 
 Nesting: the driver's JSON is at most two levels deep (tokens: audience -> entry), but a tenant
 may send any depth in the tokens value (a pod attribute) and the request's other fields. The C
@@ -30,13 +30,13 @@ from __future__ import annotations
 import json
 import sys
 from collections.abc import Mapping
+from dataclasses import dataclass
 from typing import Any
 
 from provider.core.errors import InvalidParameters
 from provider.core.model import Pod, PodToken
 from provider.core.parsing import shown
 from provider.core.podtokens import check_bound
-from provider.mount.mounting import MountInput
 
 POD_NAME = "csi.storage.k8s.io/pod.name"
 POD_NAMESPACE = "csi.storage.k8s.io/pod.namespace"
@@ -44,6 +44,18 @@ POD_UID = "csi.storage.k8s.io/pod.uid"
 SERVICE_ACCOUNT = "csi.storage.k8s.io/serviceAccount.name"
 TOKENS = "csi.storage.k8s.io/serviceAccount.tokens"
 DEFAULT_PERMISSION = 0o644
+
+#: A request's four raw fields: attributes, secrets, permission, target path.
+Raw = tuple[str, str, str, str]
+
+
+@dataclass(frozen=True)
+class MountInput:
+    params: Mapping[str, str]
+    pod: Pod
+    #: Default file mode from the request's `permission`.
+    permission: int
+    target_path: str = ""
 
 
 def parse_request(attributes: str, secrets: str, permission: str, target_path: str) -> MountInput:

@@ -1,4 +1,4 @@
-"""The edge keeps parsed requests by their raw fields (provider/edge/prepared.py): exactly,
+"""The mounter keeps parsed requests by their raw fields (provider/mount/mounting.py): exactly,
 bounded, and never a request that does not parse or a class that is refused."""
 
 from __future__ import annotations
@@ -10,11 +10,33 @@ import pytest
 
 from devkit.testing import Harness, attributes
 from provider.core.errors import InvalidParameters
-from provider.edge.attributes import TOKENS
-from provider.edge.prepared import Requests
+from provider.core.memo import Memo
+from provider.mount.mounting import MAX_REQUEST_BYTES, MAX_REQUESTS, Mounter, Request
+from provider.mount.request import TOKENS
 
 OBJECTS = [{"objectName": "api-key"}]
 VOLUME = "/var/lib/kubelet/pods/x/volumes/kubernetes.io~csi/secrets/mount"
+
+
+class Requests:
+    """The mounter's requests as this test reads them: `prepare` and how many are kept."""
+
+    def __init__(
+        self,
+        mounter: Mounter,
+        *,
+        max_entries: int = MAX_REQUESTS,
+        max_bytes: int = MAX_REQUEST_BYTES,
+    ) -> None:
+        self._mounter = mounter
+        mounter._requests = Memo(max_entries, max_bytes)
+
+    async def prepare(self, *raw: str) -> Request:
+        attributes, secrets, permission, target_path = raw
+        return await self._mounter.prepare((attributes, secrets, permission, target_path))
+
+    def __len__(self) -> int:
+        return self._mounter.requests_kept()
 
 
 def with_token(token: str) -> str:

@@ -14,7 +14,7 @@ from backends.vault.store import create
 from devkit.testing import make_env
 from devkit.tokens import SigningKey
 from provider.core.errors import InvalidParameters, PermissionDenied
-from provider.edge.attributes import (
+from provider.mount.request import (
     POD_NAME,
     POD_NAMESPACE,
     POD_UID,

@@ -15,7 +15,7 @@ import json
 import pytest
 
 from provider.core.errors import InvalidParameters
-from provider.edge.attributes import (
+from provider.mount.request import (
     POD_NAME,
     POD_NAMESPACE,
     POD_UID,
