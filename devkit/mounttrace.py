@@ -2,7 +2,7 @@
 
     python -m devkit.mounttrace [--store fake] [--verbose]
 
-Builds the servicer as `serve` does (`devkit.probes.mount_cost`'s setup: the fake store, 5
+Builds the servicer as `serve` does (devkit/inprocess.py, as the CPU probe does: the fake store, 5
 objects, `--cache-ttl 30`), answers one pod's request twice, then traces the third identical
 Mount through `ProviderServicer.Mount` with `sys.setprofile`, counting only frames of the
 provider's own packages (`provider`, `backends`):
@@ -24,6 +24,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import inspect
+import json
 import sys
 import tempfile
 from dataclasses import dataclass, field
@@ -31,7 +32,7 @@ from pathlib import Path
 from types import CodeType, FrameType
 from typing import Any
 
-from devkit.probes.mount_cost import Context, serving
+from devkit.inprocess import Context, serving
 
 #: Code flags of functions whose frame can suspend and be resumed.
 _SUSPENDS = inspect.CO_COROUTINE | inspect.CO_GENERATOR | inspect.CO_ASYNC_GENERATOR
@@ -130,8 +131,12 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--store", choices=["fake"], default="fake")
     parser.add_argument("--verbose", action="store_true", help="print every move")
+    parser.add_argument("--json", action="store_true", help="print the figures as JSON only")
     args = parser.parse_args()
     trace = asyncio.run(measure(args.store))
+    if args.json:
+        print(json.dumps({**trace.figures(), "modules_reached": trace.modules}))
+        return
     print(" ".join(f"{k}={v}" for k, v in trace.figures().items()))
     print("modules: " + ", ".join(trace.modules))
     if args.verbose:

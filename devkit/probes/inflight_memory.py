@@ -28,7 +28,7 @@ from typing import Any
 import grpc
 
 from devkit import rigs
-from devkit.probes.mount_cost import serving
+from devkit.inprocess import serving
 from protos import provider_pb2_grpc
 from provider.cli.bench.floor import FloorServicer, default_response
 from provider.edge.server import build_server

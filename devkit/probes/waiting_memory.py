@@ -22,7 +22,7 @@ import tracemalloc
 from pathlib import Path
 
 from devkit import rigs
-from devkit.probes.mount_cost import Context, serving
+from devkit.inprocess import Context, serving
 
 
 async def measure(mounts: int, wait: float, work: Path) -> tuple[float, list[tuple[str, float]]]:
