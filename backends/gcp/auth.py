@@ -7,6 +7,7 @@ token then impersonates the Google service account through IAM generateAccessTok
 provider-adc uses the provider's own Application Default Credentials (node identity, allowed
 per namespace), and a nodePublishSecretRef `key.json` a service account key (keyfile.py: its
 token_uri must be Google's or a configured one, and its grant is posted like every token call).
+The token calls themselves are backends/clouds/gcp.py's, shared with Vault's gcp login.
 
 google-auth is blocking (provider-adc), and loading a key costs CPU: both run on the
 backend's own small thread pool (`AUTH_THREADS`), each call bounded by the Mount's deadline
@@ -31,16 +32,10 @@ from dataclasses import dataclass, field
 from functools import partial
 from typing import Any, TypeVar
 
+from backends.clouds.gcp import CALL_TIMEOUT, GSA_ANNOTATION, SCOPE, AccessToken, Call, GoogleTokens
+from backends.clouds.gcp_errors import endpoint_of, is_tls_failure, tls_error
 from backends.gcp.dialect import Audience, GcpStore, Ref
-from backends.gcp.errors import is_tls_failure, tls_error, translated
-from backends.gcp.exchange import (
-    CALL_TIMEOUT,
-    GSA_ANNOTATION,
-    SCOPE,
-    AccessToken,
-    TokenEndpoints,
-    endpoint_of,
-)
+from backends.gcp.errors import translated
 from backends.gcp.keyfile import KEY_FILE, ServiceAccountKey, assertion, parse_key
 from backends.gcp.options import Options
 from provider.core.backend import BackendEnv
@@ -79,9 +74,9 @@ class NodeLogin:
 
 
 class Authenticator:
-    def __init__(self, env: BackendEnv[Options], endpoints: TokenEndpoints) -> None:
+    def __init__(self, env: BackendEnv[Options], tokens: GoogleTokens) -> None:
         self._env = env
-        self._endpoints = endpoints
+        self._tokens = tokens
         self._executor = ThreadPoolExecutor(
             AUTH_THREADS, thread_name_prefix="secrets-bridge-gcp-auth"
         )
@@ -146,7 +141,12 @@ class Authenticator:
                 # so it runs on the backend's threads too
                 # (measured: BENCHMARKS.md, "Loading a Google service account key").
                 signed = await self._blocking(partial(assertion, key), ctx)
-                return await self._endpoints.grant(key.token_uri, signed, key.email, subject, ctx)
+                what = f"the token request of key {key.email} at {key.token_uri} for {subject}"
+                fix = (
+                    "check that the key in nodePublishSecretRef key.json is valid and not disabled"
+                )
+                call = Call(what, fix, ctx.deadline)
+                return await self._tokens.grant(key.token_uri, signed, call)
 
         return await self._env.retry(grant, ctx)
 
@@ -170,9 +170,18 @@ class Authenticator:
         self, login: PodLogin, subject: str, ctx: FetchContext
     ) -> AccessToken:
         # retries need an `async def` (tenacity treats a lambda as synchronous).
+        audience = login.audience
+        what = f"the STS token exchange for {subject} (audience {audience.sts!r})"
+        fix = (
+            f"check that the pod's token is issued for audience {audience.token!r} and "
+            "that the provider's --gcp-project/--gcp-location/--gcp-cluster name this cluster"
+        )
+        sts = self._env.options.sts_endpoint
+
         async def exchange() -> AccessToken:
             with self._env.metrics.backend_call("gcp", "StsExchange"):
-                return await self._endpoints.exchange(login.audience, login.token, subject, ctx)
+                call = Call(what, fix, ctx.deadline)
+                return await self._tokens.exchange(sts, audience.sts, login.token, call)
 
         federated = await self._env.retry(exchange, ctx)
         annotations = await self._env.kube.service_account_annotations(
@@ -190,10 +199,18 @@ class Authenticator:
                 f"service account email, got {scrub(gsa)!r}"
             )
         delegates = _delegates(annotations.get(DELEGATES_ANNOTATION), subject)
+        call = Call(
+            f"IAM generateAccessToken for {gsa} as {subject}",
+            f"grant roles/iam.workloadIdentityUser on {gsa} to the Kubernetes ServiceAccount "
+            f"{subject} (annotation {GSA_ANNOTATION})",
+            ctx.deadline,
+        )
+        iam = self._env.options.iam_endpoint
 
         async def impersonate() -> AccessToken:
             with self._env.metrics.backend_call("gcp", "GenerateAccessToken"):
-                return await self._endpoints.impersonate(federated, gsa, delegates, subject, ctx)
+                token = federated.token
+                return await self._tokens.impersonate(iam, token, gsa, delegates, call)
 
         return await self._env.retry(impersonate, ctx)
 

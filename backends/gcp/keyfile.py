@@ -4,8 +4,8 @@ The key file comes from the pod's namespace, so its `token_uri` is whatever the 
 author wrote: google-auth would post the signed assertion there from a worker thread and read
 the answer whole, for up to 120 s. So the key is parsed here, `token_uri` must be one of Google's
 endpoints or one the provider was configured with, and the JWT-bearer grant (RFC 7523) is posted
-by exchange.py like every other token call: no thread, a capped body, the Mount's deadline, no
-redirect.
+by backends/clouds/gcp.py like every other token call: no thread, a capped body, the Mount's
+deadline, no redirect.
 
 The assertion itself is google-auth's own (its service account credentials sign it): its `aud`
 is Google's token endpoint by name (`GOOGLE_AUDIENCE`) whatever URL it is posted to, as Google
@@ -21,7 +21,7 @@ from typing import Any
 
 from yarl import URL
 
-from backends.gcp.exchange import SCOPE
+from backends.clouds.gcp import SCOPE
 from backends.gcp.options import GOOGLE_TOKEN_URIS, Options
 from provider.core.errors import InvalidParameters, scrub
 
@@ -81,7 +81,8 @@ def assertion(key: ServiceAccountKey) -> str:
     from google.oauth2 import service_account
 
     # google-auth's own credentials build and sign the assertion (the claims it sends when it
-    # refreshes them itself); only the POST is ours (exchange.py), to the allowed token_uri.
+    # refreshes them itself); only the POST is ours (backends/clouds/gcp.py), to the allowed
+    # token_uri.
     credentials = service_account.Credentials.from_service_account_info(
         {**key.info, "token_uri": key.token_uri}, scopes=[SCOPE]
     )

@@ -14,12 +14,12 @@ from __future__ import annotations
 import asyncio
 from collections.abc import Mapping, Sequence
 
+from backends.clouds.gcp import AccessToken, GoogleTokens
 from backends.gcp import dialect
 from backends.gcp.auth import Authenticator
 from backends.gcp.client import SecretManager
 from backends.gcp.dialect import GcpRef, GcpStore, Ref
 from backends.gcp.errors import TokenRejected
-from backends.gcp.exchange import AccessToken, TokenEndpoints
 from backends.gcp.options import Options
 from backends.gcp.parameters import ParameterManager
 from backends.gcp.selecting import SecretSelector
@@ -41,10 +41,8 @@ class GcpBackend:
     def __init__(self, env: BackendEnv[Options]) -> None:
         self._env = env
         options = env.options
-        self._endpoints = TokenEndpoints(
-            options.sts_endpoint, options.iam_endpoint, options.ca_file
-        )
-        self._auth = Authenticator(env, self._endpoints)
+        self._tokens = GoogleTokens(options.ca_file)
+        self._auth = Authenticator(env, self._tokens)
         self._secrets = SecretManager(options)
         self._parameters = ParameterManager(options)
         self._limit = asyncio.Semaphore(MAX_CONCURRENT_READS)
@@ -111,7 +109,7 @@ class GcpBackend:
     async def close(self) -> None:
         await self._secrets.close()
         await self._parameters.close()
-        await self._endpoints.close()
+        await self._tokens.close()
         self._auth.close()
 
 

@@ -6,8 +6,8 @@ from __future__ import annotations
 import grpc
 import pytest
 
+from backends.clouds.gcp import GSA_ANNOTATION
 from backends.gcp.dialect import GcpRef
-from backends.gcp.exchange import GSA_ANNOTATION
 from devkit.google import POOL
 from devkit.testing import fetch_ctx, make_pod
 from provider.core.errors import (

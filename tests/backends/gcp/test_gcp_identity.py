@@ -16,9 +16,9 @@ import pytest
 from cryptography.hazmat.primitives import serialization
 from cryptography.hazmat.primitives.asymmetric import rsa
 
+from backends.clouds.gcp import GSA_ANNOTATION, SCOPE
 from backends.gcp import auth as gcp_auth
 from backends.gcp.dialect import GcpRef
-from backends.gcp.exchange import GSA_ANNOTATION, SCOPE
 from backends.gcp.keyfile import ServiceAccountKey
 from devkit.google import (
     BAD_AUDIENCE,

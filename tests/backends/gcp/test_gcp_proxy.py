@@ -12,8 +12,8 @@ from pathlib import Path
 import pytest
 from yarl import URL
 
+from backends.clouds.gcp import GSA_ANNOTATION
 from backends.gcp.dialect import GcpRef
-from backends.gcp.exchange import GSA_ANNOTATION
 from backends.gcp.options import DEFAULT_IAM, DEFAULT_SECRETMANAGER, DEFAULT_STS
 from backends.gcp.store import GcpBackend
 from devkit.certs import server_tls
