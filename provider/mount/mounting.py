@@ -29,7 +29,7 @@ import logging
 import math
 import time
 import weakref
-from collections.abc import Hashable, Iterable, Mapping, Sequence
+from collections.abc import Hashable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, cast
 
@@ -353,16 +353,18 @@ class Mounter:
     def _entries(
         self, plan: MountPlan, got: gathering.Gathered, reads: Sequence[StoreRead]
     ) -> list[Entry[Sequence[SecretValue]]] | None:
-        """The value-cache entries of every value the answer is built from, or None when it
-        may not be kept by them: a value not cached (caching off, a stale copy, a held
-        credential), an optional object absent, an empty selection."""
-        if got.absent or not got.values or not all(got.values.values()):
+        """The value-cache entries of the class's values, or None when the answer may not be
+        kept by them — when the cached path (`gathering.cached`) would not have served them:
+        a value not cached (caching off, a stale copy, a held credential), an object from its
+        fallback store (its primary is read again at each mount), an optional object absent,
+        an empty selection."""
+        if got.absent:
             return None
-        # Values are keyed by (store index, ref), a fallback's by (its store's index, ref, ...).
-        keys = [
-            reads[key[0]].key(key[1]) for key in cast(Iterable[tuple[int, Hashable]], got.values)
-        ]
-        return self._fetcher.entries(keys, got.values.values())
+        values = [got.values.get(key) for key in plan.keys]
+        if not values or not all(values):
+            return None
+        keys = [reads[index].key(ref) for index, ref in plan.keys]
+        return self._fetcher.entries(keys, cast(list[Sequence[SecretValue]], values))
 
     def _keep(
         self,
@@ -372,12 +374,13 @@ class Mounter:
         result: MountResult,
     ) -> Answer:
         """The answer, kept by its cache entries when it has them: each entry's end ends it."""
-        if key is None or entries is None:
+        # The edge's protobuf of it holds the same bytes again.
+        size = 2 * sum(len(f.contents) for f in result.files)
+        if key is None or entries is None or size > ANSWER_CACHE_BYTES:
             return Answer(result)
         forget = functools.partial(self._forget, key)
         answer = Answer(result, plan, tuple(weakref.ref(entry, forget) for entry in entries))
-        # The edge's protobuf of it holds the same bytes again.
-        self._answers.put(key, answer, 2 * sum(len(f.contents) for f in result.files))
+        self._answers.put(key, answer, size)
         return answer
 
     def _forget(self, key: AnswerKey, _entry: object) -> None:
