@@ -20,8 +20,6 @@ from __future__ import annotations
 
 import asyncio
 import json
-import logging
-import re
 import time
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
@@ -32,21 +30,13 @@ from backends.azure import binding
 from backends.azure.binding import TokenProxy
 from backends.azure.dialect import CLOUDS, AzureStore
 from backends.azure.options import Options
-from backends.wire import OAUTH_ERRORS
+from backends.clouds.azure import AUDIENCE, assertion_credential, entra_codes, outage
+from backends.clouds.azure import EntraUnavailable as EntraUnavailable  # client.py's import
 from provider.core.backend import BackendEnv
 from provider.core.caching import ExpiringCache
-from provider.core.errors import (
-    MissingCredential,
-    PermissionDenied,
-    StoreUnavailable,
-    redacted,
-    scrub,
-)
+from provider.core.errors import MissingCredential, PermissionDenied, StoreUnavailable, scrub
 from provider.core.identity import pod_named, pod_scope, pod_token, require_node_identity
 from provider.core.model import Identity, Pod, credential_hash, identity_key
-
-AUDIENCE = "api://AzureADTokenExchange"
-log = logging.getLogger("secrets_bridge.azure")
 
 
 @dataclass(frozen=True)
@@ -154,23 +144,18 @@ async def identify(
 
 def build_credential(store: AzureStore, login: Login, transport: Any, assertion: Any) -> Any:
     """The SDK credential for one identity; `assertion()` returns the latest pod token."""
-    from azure.identity.aio import (
-        ClientAssertionCredential,
-        ClientSecretCredential,
-        ManagedIdentityCredential,
-    )
+    from azure.identity.aio import ClientSecretCredential, ManagedIdentityCredential
 
-    # One try per token request: retry_transient owns retries, so they don't multiply.
-    common: dict[str, Any] = {"transport": transport, "retry_total": 0}
-    aad = {
-        **common,
-        "authority": login.endpoints.authority_host,
-        "disable_instance_discovery": True,
-    }
+    authority = login.endpoints.authority_host
     if store.auth in ("workload-identity", "identity-binding"):
         # Identity binding: the same exchange over the token proxy's transport (upstream's
-        # getIdentityBindingTokenCredential), instance discovery off as above.
-        return ClientAssertionCredential(store.tenant_id, login.client_id, assertion, **aad)
+        # getIdentityBindingTokenCredential).
+        return assertion_credential(
+            store.tenant_id, login.client_id, assertion, transport, authority
+        )
+    # One try per token request: retry_transient owns retries, so they don't multiply.
+    common: dict[str, Any] = {"transport": transport, "retry_total": 0}
+    aad = {**common, "authority": authority, "disable_instance_discovery": True}
     if store.auth == "service-principal":
         return ClientSecretCredential(store.tenant_id, login.client_id, login.client_secret, **aad)
     return ManagedIdentityCredential(client_id=login.client_id or None, **common)
@@ -193,10 +178,6 @@ class AssertionSource:
         return "AssertionSource(<hidden>)"
 
 
-class EntraUnavailable(StoreUnavailable):
-    """Entra unreachable or failing; client.py adds the vault and object to the message."""
-
-
 class LoginRefused(PermissionDenied):
     """Entra refused the login: the whole Mount fails, not one object."""
 
@@ -206,26 +187,12 @@ class WrongTenant(LoginRefused):
     ask for a token there, so nothing reached Entra; the fix is tenantID."""
 
 
-_AADSTS = re.compile(r"\bAADSTS\d{4,6}\b")
-_OAUTH = re.compile(r"\b[a-z]+(?:_[a-z]+)+\b")
-
-
 def _requested_tenant(kwargs: Any) -> str:
     """The tenant Key Vault's challenge asked the credential for (get_token's `tenant_id`, or
     get_token_info's `options`), empty when it named none."""
     options = kwargs.get("options") or {}
     tenant = kwargs.get("tenant_id") or options.get("tenant_id") or ""
     return tenant if isinstance(tenant, str) else ""
-
-
-def entra_codes(exc: Exception) -> str:
-    """Entra's error codes in a refusal (`invalid_client, AADSTS7000215`: each documented by
-    Microsoft), never its description, which goes to a DEBUG line, redacted."""
-    text = str(getattr(exc, "message", "") or exc)
-    log.debug("Microsoft Entra refused a login (not relayed): %s", redacted(text))
-    oauth = [c for c in dict.fromkeys(_OAUTH.findall(text)) if c in OAUTH_ERRORS]
-    codes = oauth[:2] + list(dict.fromkeys(_AADSTS.findall(text)))[:3]
-    return ", ".join(codes) or "no error code given"
 
 
 class CheckedCredential:
@@ -282,21 +249,20 @@ class CheckedCredential:
 
         try:
             return await method(*scopes, **kwargs)
-        except ServiceRequestError as exc:
+        except (ServiceRequestError, ClientAuthenticationError) as exc:
             tls = binding.tls_failure(exc) if self._proxy else None
-            if tls is not None:
+            if tls is not None and isinstance(exc, ServiceRequestError):
                 raise binding.ProxyUntrusted(self._untrusted(tls)) from None
-            raise EntraUnavailable(f"{self._via} unreachable: {scrub(exc)}") from None
-        except ClientAuthenticationError as exc:
-            status = getattr(exc.response, "status_code", None) if exc.response else None
-            if status is not None and (status == 429 or status >= 500):
-                raise EntraUnavailable(f"{self._via} answered {status}") from None
-            challenged = _requested_tenant(kwargs)
-            if exc.response is None and challenged and challenged != self._store.tenant_id:
-                # azure-identity refused locally (its resolve_tenant compares exactly): no
-                # request reached Entra.
-                raise WrongTenant(self._wrong_tenant(challenged)) from None
-            raise LoginRefused(self._refusal(exc)) from None
+            raise outage(exc, self._via) or self._refused(exc, kwargs) from None
+
+    def _refused(self, exc: Exception, kwargs: Any) -> LoginRefused:
+        challenged = _requested_tenant(kwargs)
+        local = getattr(exc, "response", None) is None
+        if local and challenged and challenged != self._store.tenant_id:
+            # azure-identity refused locally (its resolve_tenant compares exactly): no request
+            # reached Entra.
+            return WrongTenant(self._wrong_tenant(challenged))
+        return LoginRefused(self._refusal(exc))
 
     def _wrong_tenant(self, tenant: str) -> str:
         s = self._store

@@ -1,7 +1,7 @@
 """Vault's azure auth method as the pod: a Microsoft Entra access token of its workload identity.
 
 The pod's `api://AzureADTokenExchange` token is the client assertion of the class's client id in
-its tenant (azure-identity's ClientAssertionCredential, as the azure backend logs in), for the
+its tenant (backends/clouds/azure.py, as the azure backend logs in), for the
 method's configured `resource`; Vault checks the token's signature against the tenant's keys,
 its audience, issuer and expiry, and binds its `oid` (or groups) to the role. The login also
 carries the class's subscription, resource group and VM / scale set names, which roles with
@@ -15,26 +15,21 @@ is what is cached (auth.py).
 
 from __future__ import annotations
 
-import logging
-import re
 import ssl
 from dataclasses import dataclass, field
 from typing import Any
 
+from backends.clouds.azure import assertion_credential, entra_codes, outage
 from backends.proxies import Proxies, proxied_requests
 from backends.vault.methods import AzureAuth
-from backends.wire import OAUTH_ERRORS, capped_response
+from backends.wire import capped_response
 from provider.core.backend import BackendEnv
-from provider.core.errors import PermissionDenied, StoreUnavailable, redacted, scrub
+from provider.core.errors import PermissionDenied
 from provider.core.identity import pod_token
 from provider.core.model import Pod
 
-log = logging.getLogger("secrets_bridge.vault")
-
 #: Cap of one Entra answer (a token response is a few KiB).
 MAX_ANSWER = 64 * 1024
-_AADSTS = re.compile(r"\bAADSTS\d{4,6}\b")
-_OAUTH = re.compile(r"\b[a-z]+(?:_[a-z]+)+\b")
 
 
 @dataclass(frozen=True)
@@ -70,7 +65,6 @@ class AzureSigner:
         import aiohttp
         from azure.core.exceptions import ClientAuthenticationError, ServiceRequestError
         from azure.core.pipeline.transport import AioHttpTransport
-        from azure.identity.aio import ClientAssertionCredential
 
         what = (
             f"Microsoft Entra login of {subject} as {who.describe()} for resource "
@@ -84,26 +78,16 @@ class AzureSigner:
             response_class=capped_response(MAX_ANSWER),
         )
         token = who.token
-        credential = ClientAssertionCredential(
-            who.tenant_id,
-            who.client_id,
-            lambda: token,
-            transport=AioHttpTransport(session=session, session_owner=False),
-            retry_total=0,  # BackendEnv.retry owns retries
-        )
+        transport = AioHttpTransport(session=session, session_owner=False)
+        credential = assertion_credential(who.tenant_id, who.client_id, lambda: token, transport)
         try:
             with self._env.metrics.backend_call("vault", "EntraToken"):
                 access = await credential.get_token(_scope(azure.resource))
-        except ServiceRequestError as exc:
-            raise StoreUnavailable(f"{what}: Microsoft Entra unreachable ({scrub(exc)})") from None
-        except ClientAuthenticationError as exc:
-            status = getattr(exc.response, "status_code", None) if exc.response else None
-            if status is not None and (status == 429 or status >= 500):
-                raise StoreUnavailable(f"{what}: Microsoft Entra answered {status}") from None
-            raise PermissionDenied(
-                f"{what} was refused ({_codes(exc)}); check the federated credential of client "
-                f"{who.client_id} (subject system:serviceaccount:{subject.replace('/', ':')}, "
-                "the cluster's issuer, audience of the pod's token)"
+        except (ServiceRequestError, ClientAuthenticationError) as exc:
+            raise outage(exc, f"{what}: Microsoft Entra") or PermissionDenied(
+                f"{what} was refused ({entra_codes(exc)}); check the federated credential of "
+                f"client {who.client_id} (subject system:serviceaccount:"
+                f"{subject.replace('/', ':')}, the cluster's issuer, audience of the pod's token)"
             ) from None
         finally:
             await credential.close()
@@ -115,12 +99,3 @@ def _scope(resource: str) -> str:
     """Entra's v2 scope for a v1 resource: the token's `aud` is then `resource` exactly (a
     trailing slash included, as Vault's default https://management.azure.com/ has it)."""
     return f"{resource}/.default"
-
-
-def _codes(exc: Exception) -> str:
-    """Entra's error codes, never its description (a DEBUG line, redacted)."""
-    text = str(getattr(exc, "message", "") or exc)
-    log.debug("Microsoft Entra refused a Vault login (not relayed): %s", redacted(text))
-    oauth = [c for c in dict.fromkeys(_OAUTH.findall(text)) if c in OAUTH_ERRORS]
-    codes = oauth[:2] + list(dict.fromkeys(_AADSTS.findall(text)))[:3]
-    return ", ".join(codes) or "no error code given"

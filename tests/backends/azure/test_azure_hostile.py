@@ -14,8 +14,9 @@ import pytest
 from aiohttp import web
 from aiohttp.payload import AsyncIterablePayload
 
-from backends.azure.auth import AUDIENCE, MAX_CLOUD_FILE
+from backends.azure.auth import MAX_CLOUD_FILE
 from backends.azure.store import AzureBackend
+from backends.clouds.azure import AUDIENCE
 from devkit.azure import SUFFIX
 from devkit.testing import fetch_ctx, make_pod
 from provider.core.errors import BridgeError, InvalidParameters, StoreUnavailable
