@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import datetime
 import json
+import re
 import ssl
 import time
 from collections.abc import Mapping
@@ -27,7 +28,7 @@ import aiohttp
 from backends.clouds.gcp_errors import http_error, wire_error
 from backends.proxies import Proxies, proxied_requests
 from backends.wire import MAX_SMALL_BODY, Resolver, read_capped
-from provider.core.errors import StoreUnavailable, scrub
+from provider.core.errors import InvalidParameters, StoreUnavailable, scrub
 
 SCOPE = "https://www.googleapis.com/auth/cloud-platform"
 GSA_ANNOTATION = "iam.gke.io/gcp-service-account"
@@ -36,6 +37,7 @@ CALL_TIMEOUT = 30.0
 #: Cap of one token answer (a token response is under 4 KiB).
 MAX_ANSWER = MAX_SMALL_BODY
 JWT_BEARER = "urn:ietf:params:oauth:grant-type:jwt-bearer"
+_EMAIL = re.compile(r"[A-Za-z0-9._%+-]+@[A-Za-z0-9.-]+")
 
 
 @dataclass(frozen=True)
@@ -182,6 +184,17 @@ class GoogleTokens:
 
     async def __aexit__(self, *exc: object) -> None:
         await self.close()
+
+
+def service_account(email: str, subject: str) -> str:
+    """`email`, the Google service account ServiceAccount `subject` names (GSA_ANNOTATION), or
+    InvalidParameters: it becomes part of the IAM URL that receives the federated token."""
+    if not _EMAIL.fullmatch(email):
+        raise InvalidParameters(
+            f"the ServiceAccount {subject} annotation {GSA_ANNOTATION} must be a Google "
+            f"service account email, got {scrub(email, 100)!r}"
+        )
+    return email
 
 
 def _account_url(iam_url: str, gsa: str, method: str) -> str:

@@ -24,7 +24,6 @@ from __future__ import annotations
 import asyncio
 import datetime
 import json
-import re
 import time
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
@@ -32,14 +31,22 @@ from dataclasses import dataclass, field
 from functools import partial
 from typing import Any, TypeVar
 
-from backends.clouds.gcp import CALL_TIMEOUT, GSA_ANNOTATION, SCOPE, AccessToken, Call, GoogleTokens
+from backends.clouds.gcp import (
+    CALL_TIMEOUT,
+    GSA_ANNOTATION,
+    SCOPE,
+    AccessToken,
+    Call,
+    GoogleTokens,
+    service_account,
+)
 from backends.clouds.gcp_errors import endpoint_of, is_tls_failure, tls_error
 from backends.gcp.dialect import Audience, GcpStore, Ref
 from backends.gcp.errors import translated
 from backends.gcp.keyfile import KEY_FILE, ServiceAccountKey, assertion, parse_key
 from backends.gcp.options import Options
 from provider.core.backend import BackendEnv
-from provider.core.errors import DeadlineExceeded, InvalidParameters, MissingCredential, scrub
+from provider.core.errors import DeadlineExceeded, InvalidParameters, MissingCredential
 from provider.core.identity import pod_scope, pod_token, require_node_identity
 from provider.core.model import FetchContext, Identity, Pod, StorePlan, credential_hash
 from provider.core.model import identity_key as make_key
@@ -50,7 +57,6 @@ T = TypeVar("T")
 AUTH_THREADS = 2
 #: Seconds one HTTP request of google-auth may take (its own default is 120).
 ADC_HTTP_TIMEOUT = 10.0
-_EMAIL = re.compile(r"[A-Za-z0-9._%+-]+@[A-Za-z0-9.-]+")
 #: Tokens are dropped this long before they expire, so a fetch never starts with a dying token.
 EXPIRY_MARGIN = 120.0
 
@@ -192,12 +198,7 @@ class Authenticator:
             # Without the annotation the federated token itself is used: IAM bindings then name
             # the principal of the Kubernetes ServiceAccount directly.
             return federated
-        if not _EMAIL.fullmatch(gsa):
-            # It becomes part of the IAM URL that receives the federated token.
-            raise InvalidParameters(
-                f"the ServiceAccount {subject} annotation {GSA_ANNOTATION} must be a Google "
-                f"service account email, got {scrub(gsa)!r}"
-            )
+        gsa = service_account(gsa, subject)  # it becomes part of the IAM URL
         delegates = _delegates(annotations.get(DELEGATES_ANNOTATION), subject)
         call = Call(
             f"IAM generateAccessToken for {gsa} as {subject}",

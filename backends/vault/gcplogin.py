@@ -17,16 +17,15 @@ Endpoints are Google's unless the operator overrides them the way gcloud does
 from __future__ import annotations
 
 import os
-import re
 import time
 from dataclasses import dataclass, field
 from typing import Any
 
-from backends.clouds.gcp import GSA_ANNOTATION, Call, GoogleTokens
+from backends.clouds.gcp import GSA_ANNOTATION, Call, GoogleTokens, service_account
 from backends.proxies import Proxies
 from backends.vault.methods import GcpAuth
 from provider.core.backend import BackendEnv
-from provider.core.errors import InvalidParameters, scrub
+from provider.core.errors import InvalidParameters
 from provider.core.identity import Annotation, pod_token
 from provider.core.model import Pod
 
@@ -39,7 +38,6 @@ DEFAULT_IAM = "https://iamcredentials.googleapis.com/"
 JWT_LIFETIME = 300
 #: Seconds each of the login's Google calls may take.
 _TIMEOUT = 10.0
-_EMAIL = re.compile(r"^[A-Za-z0-9._%+-]+@[A-Za-z0-9.-]+$")
 
 
 @dataclass(frozen=True)
@@ -74,11 +72,7 @@ class GcpSigner:
                 f"as: set vaultGCPServiceAccount, or annotate ServiceAccount {pod.subject} with "
                 f"{GSA_ANNOTATION}"
             )
-        if not _EMAIL.match(account):
-            raise InvalidParameters(
-                f"the ServiceAccount {pod.subject} annotation {GSA_ANNOTATION} must be a Google "
-                f"service account email, got {scrub(account, 100)!r}"
-            )
+        account = service_account(account, pod.subject)
         return GcpPod(account, await pod_token(self._env, pod, audience))
 
     async def login_data(
