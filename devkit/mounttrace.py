@@ -16,7 +16,7 @@ provider's own packages (`provider`, `backends`):
 A structure that hands data back and forth between layers, or calls out to many small helpers,
 shows as returns; a straight stack (each layer calls down once and is returned to once) keeps
 them to about one per module.
-`tests/edge/test_mount_trace.py` holds the figures to their ceilings.
+`tests/perf/test_mount_trace.py` holds the figures to their ceilings.
 """
 
 from __future__ import annotations

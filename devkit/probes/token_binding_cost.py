@@ -1,7 +1,7 @@
 """What checking a request's token against its pod costs (issue 40, item 7): `parse_request`
 of a typical Vault request with one projected token, with the claim check and with it left
 out, alternated five times; the median of each in microseconds. The check runs once per
-distinct request (provider/edge/prepared.py keeps parsed requests), so a cached mount does not
+distinct request (provider/mount/mounting.py keeps parsed requests), so a cached mount does not
 pay it.
 
     python -m devkit.probes.token_binding_cost
@@ -16,7 +16,7 @@ import timeit
 
 from devkit.tokens import SigningKey
 from provider.core.model import Pod
-from provider.edge import attributes
+from provider.mount import request as attributes
 
 ROUNDS = 5
 CALLS = 2000
