@@ -37,6 +37,8 @@ from provider.core.parsing import (
 )
 
 KEYS = frozenset({"objects", "audience"})
+#: A test store: a class naming it is refused unless the provider runs with this flag.
+ENABLED_BY = "--enable-fake-backend"
 SELECT_KEYS = frozenset({"prefix"})
 OBJECT_KEYS = frozenset({"objectName", "secretPath", "filePermission"}) | TRANSFORM_KEYS
 

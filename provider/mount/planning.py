@@ -113,17 +113,20 @@ def parse_plan(
     params: Mapping[str, str],
     *,
     options_for: Callable[[str], Any] | None,
-    enable_fake: bool,
+    enable_test_stores: bool,
     max_objects: int = 100,
     strict: bool = False,
     refresh_bounds: RefreshBounds | None = None,
 ) -> MountPlan:
-    """Parse and validate. `options_for` is None under `check` (no provider flags); `strict`
+    """Parse and validate. `options_for` is None under `check` (no provider flags);
+    `enable_test_stores` accepts the stores whose dialect declares them for tests; `strict`
     (`--strict-parameters`) refuses unknown object keys instead of warning about them;
     `refresh_bounds` (the provider's flags) bound a class's `refreshInterval`."""
     if "stores" in params:
-        return _parse_stores(params, options_for, enable_fake, max_objects, strict, refresh_bounds)
-    name = _backend_name(params, enable_fake)
+        return _parse_stores(
+            params, options_for, enable_test_stores, max_objects, strict, refresh_bounds
+        )
+    name = _backend_name(params, enable_test_stores)
     module = registry.dialect_module(name)
     options = options_for(name) if options_for else None
     selects = bool(params.get(SELECT, "").strip())
@@ -140,7 +143,7 @@ def parse_plan(
 def _parse_stores(
     params: Mapping[str, str],
     options_for: Callable[[str], Any] | None,
-    enable_fake: bool,
+    enable_test_stores: bool,
     max_objects: int,
     strict: bool,
     refresh_bounds: RefreshBounds | None,
@@ -153,7 +156,7 @@ def _parse_stores(
         )
 
     def backend_of(block: Mapping[str, str], where: str) -> str:
-        return _backend_name(block, enable_fake, where)
+        return _backend_name(block, enable_test_stores, where)
 
     def ctx_for(name: str) -> ParseContext[Any]:
         options = options_for(name) if options_for else None
@@ -345,8 +348,11 @@ def _refresh(text: str, bounds: RefreshBounds | None, problems: Problems) -> flo
     return seconds
 
 
-def _backend_name(params: Mapping[str, str], enable_fake: bool, field: str = "backend") -> str:
-    available = [n for n in registry.names() if n != "fake" or enable_fake]
+def _backend_name(
+    params: Mapping[str, str], enable_test_stores: bool, field: str = "backend"
+) -> str:
+    """The store a class names: any but a test store (registry.enabled_by) unless enabled."""
+    available = [n for n in registry.names() if enable_test_stores or not registry.enabled_by(n)]
     name = params.get("backend", "").strip()
     if name in available:
         return name
@@ -354,10 +360,10 @@ def _backend_name(params: Mapping[str, str], enable_fake: bool, field: str = "ba
     if not name:
         hint = _suggest(params, available)
         raise InvalidParameters(f"parameter {field!r} is missing; set it to one of: {valid}{hint}")
-    if name == "fake":
+    flag = registry.enabled_by(name) if name in registry.PACKAGES else None
+    if flag:
         raise InvalidParameters(
-            f"{field} 'fake' is a test store and is off; start the provider with "
-            "--enable-fake-backend to use it"
+            f"{field} {name!r} is a test store and is off; start the provider with {flag} to use it"
         )
     raise InvalidParameters(f"parameter {field!r} is {name!r}; expected one of: {valid}")
 
