@@ -15,42 +15,31 @@ expire, so a rollout of many pods under one ServiceAccount logs in once.
 from __future__ import annotations
 
 import dataclasses
-import json
-import logging
-import re
 import time
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
 from backends.aws.chaining import Chainer
-from backends.aws.clients import ClientPool, Credentials, epoch, sts_credentials
+from backends.aws.clients import ClientPool
 from backends.aws.errors import STALE_CREDENTIALS, AwsDenied, translated
-from backends.aws.options import POD_IDENTITY_IPV4, POD_IDENTITY_IPV6, Options
+from backends.aws.options import Options
 from backends.aws.refs import AssumeRole, AwsStore
-from backends.proxies import Proxies, proxied_requests
-from backends.wire import MAX_SMALL_BODY, read_capped
+from backends.clouds.aws import (
+    IRSA_AUDIENCE,
+    POD_IDENTITY_AUDIENCE,
+    ROLE_ANNOTATION,
+    Credentials,
+    PodAws,
+    agent_urls,
+    failover,
+    session_name,
+)
 from provider.core.backend import BackendEnv
-from provider.core.errors import (
-    BridgeError,
-    PermissionDenied,
-    StoreUnavailable,
-    redacted,
-)
-from provider.core.identity import (
-    Annotation,
-    pod_named,
-    pod_scope,
-    pod_token,
-    require_node_identity,
-)
+from provider.core.identity import pod_named, pod_scope, pod_token, require_node_identity
 from provider.core.model import FetchContext, Identity, Pod, identity_key
 
-log = logging.getLogger("secrets_bridge.aws")
-
-IRSA_AUDIENCE = "sts.amazonaws.com"
-POD_IDENTITY_AUDIENCE = "pods.eks.amazonaws.com"
-ROLE_ANNOTATION = "eks.amazonaws.com/role-arn"
-#: Seconds a ServiceAccount's role annotation is reused (a rollout reads it once).
 #: Credentials are dropped this long before AWS stops accepting them (at most).
 EXPIRY_MARGIN = 300.0
 
@@ -97,10 +86,7 @@ class Authenticator:
         self._options = options
         self._pool = pool
         self._chainer = Chainer(env, pool)
-        self._annotations = Annotation(env, ROLE_ANNOTATION, "the roleArn parameter")
-        # The agent is called as the AWS SDKs call a credentials endpoint: through HTTP_PROXY
-        # unless NO_PROXY lists it (with a proxy, list 169.254.170.23 and fd00:ec2::23 there).
-        self._request_class = proxied_requests(Proxies.from_env())
+        self._aws = PodAws(env, "aws", translated, "the roleArn parameter")
 
     async def identify(self, store: AwsStore, pod: Pod) -> Identity:
         login = await self._login(store, pod)
@@ -119,11 +105,11 @@ class Authenticator:
         return Identity(key=key, subject=pod.subject, credential=login)
 
     async def _login(self, store: AwsStore, pod: Pod) -> Login:
-        session, named = _session_name(pod), pod_named(pod)
+        session, named = session_name(pod), pod_named(pod)
         if store.use_pod_identity:
             token = await pod_token(self._env, pod, POD_IDENTITY_AUDIENCE)
             return Login("pod-identity", session_name=session, token=token, pod=named)
-        role = store.role_arn or await self._annotations.of(pod)
+        role = await self._aws.role(store.role_arn, pod)
         if role:
             token = await pod_token(self._env, pod, IRSA_AUDIENCE)
             return Login("irsa", role, session, token, pod=named)
@@ -198,102 +184,30 @@ class Authenticator:
     ) -> Credentials:
         async def attempt() -> Credentials:
             # STS in the failover region when the primary's is unreachable.
-            last: BridgeError | None = None
-            for region in store.regions:
-                try:
-                    return await self._assume_in(region, login, subject)
-                except BridgeError as exc:
-                    if not exc.transient:
-                        raise
-                    last = exc
-            assert last is not None
-            raise last
+            return await self._aws.web_identity(
+                self._sts, store.regions, login, subject, IRSA_AUDIENCE
+            )
 
         return await self._env.retry(attempt, ctx)
 
-    async def _assume_in(self, region: str, login: Login, subject: str) -> Credentials:
-        pod = login.pod or subject
-        what = f"AssumeRoleWithWebIdentity for {login.role_arn} in {region} (pod {pod})"
-        hint = (
-            f"; the role's trust policy must allow {subject} "
-            f"(sub system:serviceaccount:{subject.replace('/', ':')}, aud {IRSA_AUDIENCE})"
-        )
-        operation = "AssumeRoleWithWebIdentity"
-        with self._env.metrics.backend_call("aws", operation), translated(what, hint):
-            client = await self._pool.get("sts", region, None, unsigned=True)
-            response = await client.assume_role_with_web_identity(
-                RoleArn=login.role_arn,
-                RoleSessionName=login.session_name,
-                WebIdentityToken=login.token,
-            )
-            return sts_credentials(response["Credentials"])
+    @asynccontextmanager
+    async def _sts(self, region: str) -> AsyncIterator[Any]:
+        # The pool's client outlives the call: the pool closes it.
+        yield await self._pool.get("sts", region, None, unsigned=True)
 
     async def _pod_identity(self, store: AwsStore, login: Login, subject: str) -> Credentials:
-        endpoints = self._agent_endpoints(store)
-        last: BridgeError | None = None
-        for url in endpoints:
-            try:
-                return await self._ask_agent(url, login, subject)
-            except StoreUnavailable as exc:
-                last = exc  # "auto" tries IPv6 when IPv4 is unreachable, as upstream
-        assert last is not None
-        raise last
-
-    def _agent_endpoints(self, store: AwsStore) -> list[str]:
-        if self._options.pod_identity_endpoint:
-            return [self._options.pod_identity_endpoint]
-        return {
-            "ipv4": [POD_IDENTITY_IPV4],
-            "ipv6": [POD_IDENTITY_IPV6],
-        }.get(store.address_type, [POD_IDENTITY_IPV4, POD_IDENTITY_IPV6])
+        urls = agent_urls(store.address_type, self._options.pod_identity_endpoint)
+        return await failover(urls, lambda url: self._ask_agent(url, login, subject))
 
     async def _ask_agent(self, url: str, login: Login, subject: str) -> Credentials:
-        import aiohttp
-
-        what = f"EKS Pod Identity agent at {url} (pod {login.pod or subject})"
-        timeout = aiohttp.ClientTimeout(
-            total=self._options.connect_timeout + self._options.read_timeout,
-            connect=self._options.connect_timeout,
+        return await self._aws.from_agent(
+            url,
+            login,
+            subject,
+            instead="set usePodIdentity to false",
+            total_seconds=self._options.connect_timeout + self._options.read_timeout,
+            connect_seconds=self._options.connect_timeout,
         )
-        with self._env.metrics.backend_call("aws", "PodIdentityCredentials"), translated(what):
-            async with (
-                aiohttp.ClientSession(timeout=timeout, request_class=self._request_class) as http,
-                # No redirect: it would carry the pod's token to the host it names.
-                http.get(
-                    url, headers={"Authorization": login.token}, allow_redirects=False
-                ) as response,
-            ):
-                body = await read_capped(response, MAX_SMALL_BODY, what)
-                status = response.status
-                if status == 200:
-                    return _agent_credentials(_json(body), what)
-        # The agent's error text is not relayed (backends/wire.py); its status says enough.
-        log.debug("%s answered HTTP %s (not relayed): %s", what, status, redacted(body))
-        if status in (400, 401, 403, 404):
-            raise PermissionDenied(
-                f"{what}: refused (HTTP {status}); create a Pod Identity "
-                f"association for ServiceAccount {subject}, or set usePodIdentity to false"
-            )
-        raise StoreUnavailable(f"{what}: HTTP {status}")
-
-
-def _json(body: bytes) -> Any:
-    try:
-        return json.loads(body)
-    except (ValueError, RecursionError):
-        return None
-
-
-def _agent_credentials(data: Any, what: str) -> Credentials:
-    try:
-        return Credentials(
-            access_key_id=str(data["AccessKeyId"]),
-            secret_access_key=str(data["SecretAccessKey"]),
-            session_token=str(data.get("Token", "")),
-            expires=epoch(data.get("Expiration")),
-        )
-    except (KeyError, TypeError, AttributeError):
-        raise StoreUnavailable(f"{what}: the answer holds no credentials") from None
 
 
 def _ttl(creds: Credentials) -> float:
@@ -302,9 +216,3 @@ def _ttl(creds: Credentials) -> float:
         return 600.0  # unknown expiry: short, so a revoked role is noticed soon
     remaining = creds.expires - time.time()
     return max(0.0, remaining - min(EXPIRY_MARGIN, remaining / 5))
-
-
-def _session_name(pod: Pod) -> str:
-    # CloudTrail shows it: name the pod's service account; AWS allows [\w+=,.@-]{2,64}.
-    name = re.sub(r"[^\w+=,.@-]", "-", f"secrets-bridge-{pod.namespace}-{pod.service_account}")
-    return name[:64]

@@ -11,12 +11,12 @@ from __future__ import annotations
 
 from typing import Any
 
-from backends.aws.clients import ClientPool, Credentials, sts_credentials
+from backends.aws.clients import ClientPool
 from backends.aws.errors import translated
 from backends.aws.options import Options
 from backends.aws.refs import AssumeRole, AwsStore
+from backends.clouds.aws import Credentials, failover, sts_credentials
 from provider.core.backend import BackendEnv
-from provider.core.errors import BridgeError
 from provider.core.model import FetchContext
 
 
@@ -41,18 +41,12 @@ class Chainer:
         policy must allow; both go into messages, with the role and the fix.
         """
 
+        async def assume(region: str) -> Credentials:
+            return await self._assume_in(region, role, base, session_name, who, principal)
+
         async def attempt() -> Credentials:
             # STS in the failover region when the primary's is unreachable, as the first hop.
-            last: BridgeError | None = None
-            for region in store.regions:
-                try:
-                    return await self._assume_in(region, role, base, session_name, who, principal)
-                except BridgeError as exc:
-                    if not exc.transient:
-                        raise
-                    last = exc
-            assert last is not None
-            raise last
+            return await failover(store.regions, assume)
 
         return await self._env.retry(attempt, ctx)
 

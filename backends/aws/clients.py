@@ -9,59 +9,17 @@ while later rather than at once, since a concurrent fetch may still be using it.
 from __future__ import annotations
 
 import asyncio
-import hashlib
 import time
 from collections import OrderedDict
-from dataclasses import dataclass, field
-from datetime import datetime
 from typing import Any
 
 from backends.aws.options import Options, endpoint_map
+from backends.clouds.aws import Credentials, sdk_client
 
 #: Clients kept open at once (regions x identities in use on one node).
 MAX_CLIENTS = 64
 #: Seconds a retired client stays open for calls still using it.
 RETIRE_AFTER = 120.0
-
-
-@dataclass(frozen=True)
-class Credentials:
-    """Temporary AWS credentials; only the access key id may appear anywhere."""
-
-    access_key_id: str
-    secret_access_key: str = field(repr=False)
-    session_token: str = field(repr=False, default="")
-    #: Seconds since the epoch at which AWS stops accepting them (0 = unknown).
-    expires: float = 0.0
-
-    @property
-    def fingerprint(self) -> str:
-        digest = hashlib.sha256(
-            f"{self.access_key_id}\0{self.secret_access_key}\0{self.session_token}".encode()
-        )
-        return digest.hexdigest()[:24]
-
-
-def sts_credentials(raw: Any) -> Credentials:
-    """The `Credentials` member of an STS answer (AssumeRole, AssumeRoleWithWebIdentity)."""
-    return Credentials(
-        access_key_id=raw["AccessKeyId"],
-        secret_access_key=raw["SecretAccessKey"],
-        session_token=raw.get("SessionToken", ""),
-        expires=epoch(raw.get("Expiration")),
-    )
-
-
-def epoch(value: Any) -> float:
-    """An expiry as seconds since the epoch: botocore's datetime or the agent's ISO text."""
-    if isinstance(value, datetime):
-        return value.timestamp()
-    if isinstance(value, str) and value:
-        try:
-            return datetime.fromisoformat(value.replace("Z", "+00:00")).timestamp()
-        except ValueError:
-            return 0.0
-    return 0.0
 
 
 class ClientPool:
@@ -104,29 +62,21 @@ class ClientPool:
     def _create(
         self, service: str, region: str, endpoint: str | None, creds: Any, unsigned: bool
     ) -> Any:
-        from aiobotocore.config import AioConfig
         from aiobotocore.session import get_session
-        from botocore import UNSIGNED
 
         if self._session is None:
             self._session = get_session()
-        config: dict[str, Any] = {
-            # Retries are ours (provider/core/retrying.py), bounded by the Mount's deadline.
-            "retries": {"total_max_attempts": 1},
-            "connect_timeout": self._options.connect_timeout,
-            "read_timeout": self._options.read_timeout,
-            "max_pool_connections": max(10, self._options.max_concurrency),
-        }
-        kwargs: dict[str, Any] = {"region_name": region, "endpoint_url": endpoint}
-        if unsigned:
-            config["signature_version"] = UNSIGNED
-        elif creds is not None:
-            kwargs.update(
-                aws_access_key_id=creds.access_key_id,
-                aws_secret_access_key=creds.secret_access_key,
-                aws_session_token=creds.session_token or None,
-            )
-        return self._session.create_client(service, config=AioConfig(**config), **kwargs)
+        return sdk_client(
+            self._session,
+            service,
+            region,
+            endpoint=endpoint,
+            creds=creds,
+            unsigned=unsigned,
+            connect_timeout=self._options.connect_timeout,
+            read_timeout=self._options.read_timeout,
+            max_connections=max(10, self._options.max_concurrency),
+        )
 
     async def _close_retired(self, before: float) -> None:
         keep: list[tuple[float, Any]] = []

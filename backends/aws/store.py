@@ -16,12 +16,13 @@ from collections.abc import Mapping, Sequence
 
 from backends.aws import dialect
 from backends.aws.auth import Authenticator
-from backends.aws.clients import ClientPool, Credentials
+from backends.aws.clients import ClientPool
 from backends.aws.errors import STALE_CREDENTIALS, AwsDenied
 from backends.aws.listing import Selector
 from backends.aws.options import Options
 from backends.aws.reading import Reader, Shared, pack
 from backends.aws.refs import AwsRef, AwsSelection, AwsStore, Ref
+from backends.clouds.aws import Credentials
 from provider.core.backend import Backend, BackendEnv, Dialect
 from provider.core.caching import ExpiringCache
 from provider.core.errors import BridgeError, PermissionDenied
