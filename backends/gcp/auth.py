@@ -138,6 +138,12 @@ class Authenticator:
     async def _key_grant(
         self, key: ServiceAccountKey, subject: str, ctx: FetchContext
     ) -> AccessToken:
+        granting = Call(
+            f"the token request of key {key.email} at {key.token_uri} for {subject}",
+            "check that the key in nodePublishSecretRef key.json is valid and not disabled",
+            ctx.deadline,
+        )
+
         async def grant() -> AccessToken:
             with (
                 self._env.metrics.backend_call("gcp", "GoogleAuthRefresh"),
@@ -147,12 +153,7 @@ class Authenticator:
                 # so it runs on the backend's threads too
                 # (measured: BENCHMARKS.md, "Loading a Google service account key").
                 signed = await self._blocking(partial(assertion, key), ctx)
-                what = f"the token request of key {key.email} at {key.token_uri} for {subject}"
-                fix = (
-                    "check that the key in nodePublishSecretRef key.json is valid and not disabled"
-                )
-                call = Call(what, fix, ctx.deadline)
-                return await self._tokens.grant(key.token_uri, signed, call)
+                return await self._tokens.grant(key.token_uri, signed, granting)
 
         return await self._env.retry(grant, ctx)
 
@@ -175,19 +176,19 @@ class Authenticator:
     async def _workload_identity(
         self, login: PodLogin, subject: str, ctx: FetchContext
     ) -> AccessToken:
-        # retries need an `async def` (tenacity treats a lambda as synchronous).
         audience = login.audience
-        what = f"the STS token exchange for {subject} (audience {audience.sts!r})"
-        fix = (
+        exchanging = Call(
+            f"the STS token exchange for {subject} (audience {audience.sts!r})",
             f"check that the pod's token is issued for audience {audience.token!r} and "
-            "that the provider's --gcp-project/--gcp-location/--gcp-cluster name this cluster"
+            "that the provider's --gcp-project/--gcp-location/--gcp-cluster name this cluster",
+            ctx.deadline,
         )
         sts = self._env.options.sts_endpoint
 
+        # retries need an `async def` (tenacity treats a lambda as synchronous).
         async def exchange() -> AccessToken:
             with self._env.metrics.backend_call("gcp", "StsExchange"):
-                call = Call(what, fix, ctx.deadline)
-                return await self._tokens.exchange(sts, audience.sts, login.token, call)
+                return await self._tokens.exchange(sts, audience.sts, login.token, exchanging)
 
         federated = await self._env.retry(exchange, ctx)
         annotations = await self._env.kube.service_account_annotations(
@@ -200,18 +201,17 @@ class Authenticator:
             return federated
         gsa = service_account(gsa, subject)  # it becomes part of the IAM URL
         delegates = _delegates(annotations.get(DELEGATES_ANNOTATION), subject)
-        call = Call(
+        impersonating = Call(
             f"IAM generateAccessToken for {gsa} as {subject}",
             f"grant roles/iam.workloadIdentityUser on {gsa} to the Kubernetes ServiceAccount "
             f"{subject} (annotation {GSA_ANNOTATION})",
             ctx.deadline,
         )
-        iam = self._env.options.iam_endpoint
+        iam, token = self._env.options.iam_endpoint, federated.token
 
         async def impersonate() -> AccessToken:
             with self._env.metrics.backend_call("gcp", "GenerateAccessToken"):
-                token = federated.token
-                return await self._tokens.impersonate(iam, token, gsa, delegates, call)
+                return await self._tokens.impersonate(iam, token, gsa, delegates, impersonating)
 
         return await self._env.retry(impersonate, ctx)
 
