@@ -11,7 +11,8 @@ from collections.abc import AsyncIterator, Iterator
 import pytest
 from aiohttp import ClientSession, web
 
-from backends.vault.awslogin import AwsCredentials, signed_login
+from backends.clouds.aws import Credentials
+from backends.vault.awslogin import signed_login
 from backends.vault.methods import AwsAuth
 from backends.vault.options import SDK_LOGGERS, Options
 from backends.vault.store import VaultBackend, create
@@ -192,8 +193,8 @@ async def test_moto_refuses_a_request_signed_with_the_wrong_secret(
         RoleArn=APP_ROLE, RoleSessionName="test", WebIdentityToken=POD_TOKEN
     )["Credentials"]
     aws = AwsAuth()
-    good = AwsCredentials(creds["AccessKeyId"], creds["SecretAccessKey"], creds["SessionToken"])
-    bad = AwsCredentials(creds["AccessKeyId"], "not-the-secret", creds["SessionToken"])
+    good = Credentials(creds["AccessKeyId"], creds["SecretAccessKey"], creds["SessionToken"])
+    bad = Credentials(creds["AccessKeyId"], "not-the-secret", creds["SessionToken"])
     async with ClientSession() as http:
         for creds_, status in ((bad, 400), (good, 200)):
             body = {"role": "app", **signed_login(aws, creds_)}
