@@ -22,25 +22,26 @@ from typing import Any
 import yaml
 
 from backends.fake.options import Options
-from provider.core.boundedyaml import load_yaml
 from provider.core.model import ObjectSpec, ParseContext, StorePlan, hashed_once
 from provider.core.parsing import (
-    TRANSFORM_KEYS,
+    ObjectList,
     Problems,
-    expect_list,
-    expect_map,
     expect_str,
     parse_mode,
+    parse_objects,
     parse_transforms,
-    unique_names,
-    unknown_keys,
 )
 
 KEYS = frozenset({"objects", "audience"})
 #: A test store: a class naming it is refused unless the provider runs with this flag.
 ENABLED_BY = "--enable-fake-backend"
 SELECT_KEYS = frozenset({"prefix"})
-OBJECT_KEYS = frozenset({"objectName", "secretPath", "filePermission"}) | TRANSFORM_KEYS
+OBJECT_KEYS = frozenset({"objectName", "secretPath", "filePermission"})
+OBJECTS = ObjectList(
+    "a fake object",
+    OBJECT_KEYS,
+    "objects is required: a YAML list of {objectName, secretPath}",
+)
 
 
 @dataclass(frozen=True)
@@ -78,23 +79,15 @@ Ref = FakeRef | FakeSelection
 
 def parse(params: Mapping[str, str], ctx: ParseContext[Options]) -> StorePlan[FakeStore, Ref]:
     problems = Problems(strict=ctx.strict)
-    raw = params.get("objects", "")
-    if not raw.strip() and not ctx.selects:
-        problems.fail("objects is required: a YAML list of {objectName, secretPath}")
-    entries = expect_list(load_yaml(raw, "objects"), "objects", problems) if raw.strip() else []
-    specs: list[ObjectSpec[Ref]] = []
-    for i, entry in enumerate(entries):
-        where = f"objects[{i}]"
-        obj = expect_map(entry, where, problems)
-        if obj is None:
-            continue
-        unknown_keys(obj, OBJECT_KEYS, where, "a fake object", problems, upstream=True)
+
+    def entry(obj: Mapping[str, Any], where: str) -> ObjectSpec[Ref]:
         name = expect_str(obj.get("objectName"), f"{where}.objectName", problems, required=True)
         path = expect_str(obj.get("secretPath"), f"{where}.secretPath", problems) or name
         mode = parse_mode(obj.get("filePermission"), f"{where}.filePermission", problems)
         transforms = parse_transforms(obj, where, problems)
-        specs.append(ObjectSpec(name, FakeRef(path), mode, transforms, f"{where}.objectName"))
-    unique_names([(s.name, s.field) for s in specs], "objectName", problems)
+        return ObjectSpec(name, FakeRef(path), mode, transforms, f"{where}.objectName")
+
+    specs = parse_objects(params.get("objects", ""), OBJECTS, entry, ctx, problems)
     problems.raise_if_any()
     store = FakeStore(audience=params.get("audience", ""))
     return StorePlan("fake", store, tuple(specs), tuple(problems.warnings))

@@ -22,6 +22,7 @@ flags (`--gcp-project`, `--gcp-location`, `--gcp-cluster`, or `--gcp-workload-id
 
 from __future__ import annotations
 
+import functools
 import re
 from collections.abc import Mapping
 from dataclasses import dataclass
@@ -34,24 +35,28 @@ from backends.gcp.options import DEFAULT_GKE_PROVIDER, Options
 from backends.gcp.selection import SELECT_KEYS as SELECT_KEYS
 from backends.gcp.selection import GcpSelection
 from backends.gcp.selection import selection as selection
-from provider.core.boundedyaml import load_yaml
 from provider.core.model import ObjectSpec, ParseContext, StorePlan, Transforms, hashed_once
 from provider.core.parsing import (
-    TRANSFORM_KEYS,
+    ObjectList,
     Problems,
-    expect_list,
-    expect_map,
     expect_str,
     parse_mode,
+    parse_objects,
     parse_transforms,
-    unique_names,
-    unknown_keys,
 )
 
 KEYS = frozenset({"secrets", "auth"})
-OBJECT_KEYS = (
-    frozenset({"resourceName", "path", "fileName", "mode", "extractJSONKey", "extractYAMLKey"})
-    | TRANSFORM_KEYS
+OBJECT_KEYS = frozenset(
+    {"resourceName", "path", "fileName", "mode", "extractJSONKey", "extractYAMLKey"}
+)
+OBJECTS = ObjectList(
+    "a gcp secrets entry",
+    OBJECT_KEYS,
+    "secrets is required: a YAML list of {resourceName, path} entries, e.g. "
+    "'- resourceName: projects/<project>/secrets/<secret>/versions/latest'",
+    field="secrets",
+    unique="path",
+    empty="secrets: the list is empty; name at least one secret version",
 )
 AUTH_MODES = ("pod-adc", "provider-adc")
 
@@ -122,25 +127,8 @@ Ref = GcpRef | GcpSelection
 def parse(params: Mapping[str, str], ctx: ParseContext[Options]) -> StorePlan[GcpStore, Ref]:
     problems = Problems(strict=ctx.strict)
     auth = _parse_auth(params.get("auth", ""), problems)
-    raw = params.get("secrets", "")
-    selects = ctx.selects
-    if not raw.strip() and not selects:
-        problems.fail(
-            "secrets is required: a YAML list of {resourceName, path} entries, e.g. "
-            "'- resourceName: projects/<project>/secrets/<secret>/versions/latest'"
-        )
-    entries = expect_list(load_yaml(raw, "secrets"), "secrets", problems) if raw.strip() else []
-    if not entries and not problems.items and not selects:
-        problems.add("secrets: the list is empty; name at least one secret version")
-    if len(entries) > ctx.max_objects:
-        problems.fail(
-            f"secrets: {len(entries)} entries is over the limit of {ctx.max_objects} "
-            "(--max-objects)"
-        )
-    specs: list[ObjectSpec[Ref]] = [
-        s for i, e in enumerate(entries) if (s := _parse_entry(e, i, problems)) is not None
-    ]
-    unique_names([(s.name, s.field) for s in specs], "path", problems)
+    entry = functools.partial(_parse_entry, problems=problems)
+    specs = parse_objects(params.get("secrets", ""), OBJECTS, entry, ctx, problems)
     audience = _audience(ctx, auth, problems)
     problems.raise_if_any()
     store = GcpStore(auth=auth, auth_explicit=bool(params.get("auth")), audience=audience)
@@ -157,12 +145,7 @@ def _parse_auth(value: str, problems: Problems) -> AuthMode:
     return "pod-adc"
 
 
-def _parse_entry(entry: Any, i: int, problems: Problems) -> ObjectSpec[Ref] | None:
-    where = f"secrets[{i}]"
-    obj = expect_map(entry, where, problems)
-    if obj is None:
-        return None
-    unknown_keys(obj, OBJECT_KEYS, where, "a gcp secrets entry", problems, upstream=True)
+def _parse_entry(obj: Mapping[str, Any], where: str, problems: Problems) -> ObjectSpec[Ref] | None:
     name = expect_str(obj.get("resourceName"), f"{where}.resourceName", problems, required=True)
     ref = _parse_resource(name, f"{where}.resourceName", problems) if name else None
     path = expect_str(obj.get("path"), f"{where}.path", problems)

@@ -1,5 +1,5 @@
 """Helpers every dialect parser uses: problem lists, modes, booleans, transforms, JMESPath
-checks (YAML is read through provider/core/boundedyaml.py).
+checks, the object list (YAML is read through provider/core/boundedyaml.py).
 
 Parsers collect every problem before raising, so a user fixes a class in one round; each
 message names the SPC field (`objects[1].objectName`) and says what to do.
@@ -7,15 +7,20 @@ message names the SPC field (`objects[1].objectName`) and says what to do.
 
 from __future__ import annotations
 
+import dataclasses
 import datetime
 import difflib
 import math
 import re
-from collections.abc import Mapping
-from typing import Any, NoReturn
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any, NoReturn, TypeVar
 
+from provider.core.boundedyaml import load_yaml
 from provider.core.errors import InvalidParameters
-from provider.core.model import Transforms
+from provider.core.model import ObjectSpec, ParseContext, Transforms
+
+R = TypeVar("R")
 
 #: JMESPath expressions: length and syntax-tree size (parse time), evaluation is bounded in
 #: provider/mount/transforms.py. Deep nesting would otherwise hit Python's recursion limit.
@@ -293,6 +298,85 @@ def parse_transforms(
         file=file,
         optional=optional,
     )
+
+
+@dataclass(frozen=True)
+class ObjectList:
+    """How a dialect writes its object list (the parameter naming its objects, one map each)."""
+
+    #: What an entry is, in the messages about its keys: "a vault object".
+    what: str
+    #: The entry's own keys; our extension keys (TRANSFORM_KEYS) are accepted beside them.
+    keys: frozenset[str]
+    #: The problem when the parameter is missing (and the class selects nothing).
+    required: str
+    #: The parameter; each entry's field is `<field>[i]` (`objects[2]`, GCP's `secrets[2]`).
+    field: str = "objects"
+    #: What the message about two entries writing one file calls the file's name.
+    unique: str = "objectName"
+    #: Upstream keys we do not implement, refused by name with what to use instead.
+    refused: Mapping[str, str] = dataclasses.field(default_factory=dict)
+    #: Keys match their known spelling ignoring case (AWS decodes entries as Go's JSON does).
+    fold: bool = False
+    #: The problem when the list is empty (and the class selects nothing); "" lets it pass.
+    empty: str = ""
+
+
+#: What a dialect makes of one entry (the map, its field): its objects (AWS: one per
+#: jmesPath entry besides the object's own), or None when the entry has problems.
+Entry = Callable[[Mapping[str, Any], str], "ObjectSpec[R] | Sequence[ObjectSpec[R]] | None"]
+
+
+def parse_objects(
+    raw: str, form: ObjectList, entry: Entry[R], ctx: ParseContext[Any], problems: Problems
+) -> list[ObjectSpec[R]]:
+    """A class's object list `raw` (YAML or JSON) as its ObjectSpecs: problems collected."""
+    if not raw.strip():
+        if not ctx.selects:
+            problems.add(form.required)
+        return []
+    try:
+        doc = load_yaml(raw, form.field)
+    except InvalidParameters as exc:  # keep collecting the other parameters' problems
+        problems.items.extend(exc.problems)
+        return []
+    return object_entries(doc, form.field, form, entry, ctx, problems)
+
+
+def object_entries(
+    doc: Any,
+    where: str,
+    form: ObjectList,
+    entry: Entry[R],
+    ctx: ParseContext[Any],
+    problems: Problems,
+    as_map: Callable[[Any, str], Mapping[str, Any] | None] | None = None,
+) -> list[ObjectSpec[R]]:
+    """The loop over a loaded list `doc` (field `where`): held to `--max-objects` before any
+    entry is parsed, each entry a map (`as_map` reads one otherwise written, Azure's YAML
+    strings) of known keys handed to `entry`, and no two objects writing one file."""
+    items = expect_list(doc, where, problems)
+    if isinstance(doc, list) and not doc and form.empty and not ctx.selects:
+        problems.add(form.empty)
+    if len(items) > ctx.max_objects:
+        problems.add(
+            f"{where}: {len(items)} entries is over the limit of {ctx.max_objects} (--max-objects)"
+        )
+        return []
+    keys = form.keys | TRANSFORM_KEYS
+    specs: list[ObjectSpec[R]] = []
+    for i, item in enumerate(items):
+        at = f"{where}[{i}]"
+        obj = as_map(item, at) if as_map else expect_map(item, at, problems)
+        if obj is None:
+            continue
+        if form.fold:
+            obj = fold_keys(obj, keys | frozenset(form.refused), at, problems)
+        unknown_keys(obj, keys, at, form.what, problems, form.refused, upstream=True)
+        got = entry(obj, at)
+        specs.extend([got] if isinstance(got, ObjectSpec) else got or ())
+    unique_names([(s.name, s.field) for s in specs], form.unique, problems)
+    return specs
 
 
 def check_jmespath(expression: str, field: str, problems: Problems) -> None:
