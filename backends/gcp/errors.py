@@ -3,18 +3,17 @@
 Three libraries can fail under the gcp backend: the Secret Manager client (google-api-core
 exceptions over gRPC status codes), aiohttp (the STS and IAM credentials calls) and google-auth
 (node credentials and service account keys). `translated()` wraps every such call; HTTP error
-answers from STS/IAM and token endpoints become errors in `http_error()`. Messages name the
-operation, the resource, the pod's identity and what to fix, with the status and Google's known
-error codes only (an OAuth `error`, a Google `status` such as PERMISSION_DENIED): an answer's
-free text may echo request input, and a key file's token endpoint may be anyone's, so it goes
-to a DEBUG line, redacted.
+answers from STS/IAM and token endpoints become errors in backends/clouds/gcp_errors.py (shared
+with Vault's gcp login), which also tells TLS failures apart. Messages name the operation, the
+resource, the pod's identity and what to fix, with the status and Google's known error codes
+only (an OAuth `error`, a Google `status` such as PERMISSION_DENIED): an answer's free text may
+echo request input, and a key file's token endpoint may be anyone's, so it goes to a DEBUG line,
+redacted.
 """
 
 from __future__ import annotations
 
-import json
 import logging
-import ssl
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -24,7 +23,7 @@ import grpc
 from google.api_core import exceptions as api
 from google.auth import exceptions as auth
 
-from backends.wire import OAUTH_ERRORS
+from backends.clouds.gcp_errors import is_tls_failure, tls_reason
 from provider.core.errors import (
     BridgeError,
     InvalidParameters,
@@ -147,103 +146,6 @@ def rpc_error(
     return StoreUnavailable(f"{svc} failed reading {name} as {subject} {detail}")
 
 
-def http_error(status: int, body: str, what: str, fix: str, retry_after: str | None) -> BridgeError:
-    """An error answer of STS, IAM credentials or a token endpoint (`what` names the call and
-    the identity): the status and the known codes of the body, never the body."""
-    log.debug("%s answered HTTP %s (not relayed): %s", what, status, redacted(body))
-    codes = known_codes(body)
-    detail = f"(HTTP {status}: {codes})" if codes else f"(HTTP {status})"
-    if 300 <= status < 400:
-        error = StoreUnavailable(
-            f"{what} answered a redirect {detail}, which secrets-bridge does not follow: it "
-            "would carry the credential to another host"
-        )
-        error.transient = False  # the endpoint redirects again
-        return error
-    if status == 429 or status >= 500:
-        return StoreUnavailable(f"{what} failed {detail}", retry_after=_seconds(retry_after))
-    if status in (400, 401, 403, 404):
-        return PermissionDenied(f"{what} was refused {detail}; {fix}")
-    return StoreUnavailable(f"{what} failed {detail}")
-
-
-#: google.rpc.Code names, as Google's JSON errors carry them in `error.status`.
-GOOGLE_STATUSES = frozenset(c.name for c in grpc.StatusCode)
-
-
-def known_codes(body: str) -> str:
-    """`invalid_grant` or `PERMISSION_DENIED`: the known codes of a JSON error body."""
-    try:
-        payload = json.loads(body)
-    except (ValueError, RecursionError):
-        return ""
-    if not isinstance(payload, dict):
-        return ""
-    error = payload.get("error")
-    found: list[str] = []
-    if isinstance(error, str) and error in OAUTH_ERRORS:
-        found.append(error)
-    if isinstance(error, dict) and error.get("status") in GOOGLE_STATUSES:
-        found.append(str(error["status"]))
-    return ", ".join(found)
-
-
-def _seconds(value: str | None) -> float | None:
-    try:
-        return float(value) if value else None
-    except ValueError:
-        return None
-
-
-def is_tls_failure(exc: BaseException) -> bool:
-    """Whether `exc`, or an exception it was raised from, is a TLS failure (a certificate not
-    trusted, a handshake refused): aiohttp's, requests' (under google-auth) or ssl's own."""
-    seen: BaseException | None = exc
-    for _ in range(8):
-        if seen is None:
-            return False
-        if isinstance(seen, ssl.SSLError | aiohttp.ClientSSLError) or "[SSL" in str(seen):
-            return True
-        seen = seen.__cause__ or seen.__context__
-    return False
-
-
-def tls_error(what: str, endpoint: str, ca_file: str | None, exc: BaseException) -> BridgeError:
-    """A token call that failed in TLS: names the endpoint and the trust it was checked
-    against (--gcp-ca-file), never "cannot reach Google"; not retried within the Mount."""
-    reason = _tls_reason(exc)
-    trust = f"--gcp-ca-file {ca_file}" if ca_file else "the system's CAs (no --gcp-ca-file)"
-    problem = (
-        f"the TLS certificate of {endpoint} is not trusted"
-        if reason.startswith("certificate")
-        else f"the TLS handshake with {endpoint} failed"
-    )
-    error = StoreUnavailable(
-        f"{what}: {problem} ({reason}), checked against {trust}; if the endpoint (or a proxy "
-        "in front of it) uses a private CA, put that CA in --gcp-ca-file"
-    )
-    error.transient = False  # a certificate does not change between retries
-    return error
-
-
-def _tls_reason(exc: BaseException) -> str:
-    seen: BaseException | None = exc
-    for _ in range(8):
-        if seen is None:
-            break
-        if isinstance(seen, aiohttp.ClientConnectorCertificateError):
-            seen = seen.certificate_error  # aiohttp's wrapper of the ssl error
-            continue
-        verify_message: object = getattr(seen, "verify_message", None)
-        reason: object = getattr(seen, "reason", None)
-        if isinstance(seen, ssl.SSLCertVerificationError) and verify_message:
-            return f"certificate verify failed: {scrub(verify_message, 120)}"
-        if isinstance(seen, ssl.SSLError) and reason:
-            return f"SSL error: {scrub(reason, 120)}"
-        seen = seen.__cause__ or seen.__context__
-    return f"{type(exc).__name__}: {scrub(exc, 160)}"
-
-
 @contextmanager
 def translated(what: str, subject: str, service: Service = SECRET_MANAGER) -> Iterator[None]:
     """Let BridgeErrors through; turn every library failure into one (`what`: the call)."""
@@ -273,7 +175,7 @@ def translated(what: str, subject: str, service: Service = SECRET_MANAGER) -> It
             # The token calls report the endpoint and CA file themselves (tls_error).
             error = StoreUnavailable(
                 f"{what}: TLS with Google failed, a certificate is not trusted or the handshake "
-                f"was refused ({_tls_reason(exc)}); check --gcp-ca-file, the CAs trusted for "
+                f"was refused ({tls_reason(exc)}); check --gcp-ca-file, the CAs trusted for "
                 "every Google endpoint"
             )
             error.transient = False
