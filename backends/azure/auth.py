@@ -31,7 +31,6 @@ from backends.azure.binding import TokenProxy
 from backends.azure.dialect import CLOUDS, AzureStore
 from backends.azure.options import Options
 from backends.clouds.azure import AUDIENCE, assertion_credential, entra_codes, outage
-from backends.clouds.azure import EntraUnavailable as EntraUnavailable  # client.py's import
 from provider.core.backend import BackendEnv
 from provider.core.caching import ExpiringCache
 from provider.core.errors import MissingCredential, PermissionDenied, StoreUnavailable, scrub

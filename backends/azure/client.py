@@ -21,9 +21,10 @@ from functools import partial
 from typing import Any, TypeVar
 
 from backends.azure import certs
-from backends.azure.auth import AssertionSource, CheckedCredential, EntraUnavailable
+from backends.azure.auth import AssertionSource, CheckedCredential
 from backends.azure.objects import AzureRef
 from backends.azure.selectors import AzureSelection
+from backends.clouds.azure import EntraUnavailable
 from provider.core.backend import BackendEnv
 from provider.core.errors import (
     BridgeError,
