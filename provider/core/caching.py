@@ -131,6 +131,11 @@ class ExpiringCache(Generic[T]):
             lru[entry.tenant].move_to_end(entry)
         return True
 
+    def expiry(self, key: Hashable) -> float:
+        """When the entry kept for `key` expires (`clock()` time); -inf when none is kept."""
+        entry = self._entries.get(key)
+        return entry.expires if entry is not None else -math.inf
+
     def usage(self, tenant: str) -> tuple[int, int]:
         """(entries, bytes) held for `tenant`."""
         return len(self._lru.get(tenant, ())), self._tenant_bytes.get(tenant, 0)

@@ -73,6 +73,12 @@ class Annotation:
         self._cache: ExpiringCache[str] = ExpiringCache(max_entries=4096)
 
     async def of(self, pod: Pod) -> str:
+        return (await self.read(pod))[0]
+
+    async def read(self, pod: Pod) -> tuple[str, float]:
+        """The annotation, and the `time.monotonic()` at which it is read again (what an
+        identity made from it is good until: `Identity.expires`)."""
+
         async def load() -> tuple[str, float]:
             try:
                 annotations = await self._env.kube.service_account_annotations(
@@ -88,4 +94,6 @@ class Annotation:
                 ) from None
             return str(annotations.get(self._name, "")).strip(), ANNOTATION_TTL
 
-        return await self._cache.get_or_load((pod.namespace, pod.service_account), load)
+        key = (pod.namespace, pod.service_account)
+        value = await self._cache.get_or_load(key, load)
+        return value, self._cache.expiry(key)

@@ -10,6 +10,8 @@ store never downcasts what its own dialect produced.
 
 from __future__ import annotations
 
+import math
+
 import hashlib
 import json
 import sys
@@ -296,6 +298,10 @@ class Identity:
     subject: str
     #: The backend's login material (pod token, client secret, ...).
     credential: Any = field(default=None, repr=False, compare=False)
+    #: `time.monotonic()` until which identify answers the same for the same request: when
+    #: what it read besides the request (a ServiceAccount's annotation) is read again. A
+    #: request answered again without identify (provider/mount/mounting.py) is so only until then.
+    expires: float = field(default=math.inf, compare=False)
 
 
 @dataclass(frozen=True)

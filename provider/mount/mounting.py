@@ -127,6 +127,8 @@ class Request:
     backend: str
     #: The answer last built for it, while the values it was built from are cached.
     answer: Answer | None = None
+    #: Until when the pod's identities that answer was read as hold (`Identity.expires`).
+    identified_until: float = math.inf
 
 
 class Mounter:
@@ -178,6 +180,9 @@ class Mounter:
         answer = request.answer
         if answer is None or answer.result is None or request.plan is None:
             return None
+        until = request.identified_until
+        if until != math.inf and time.monotonic() >= until:
+            return None  # identify would read what it read again: it runs, on the full path
         return answer if self._fetcher.fresh(answer.held, request.plan.refresh) else None
 
     async def prepare(self, raw: Raw, deadline: float = math.inf) -> Request:
@@ -216,8 +221,9 @@ class Mounter:
         """`mount` of a prepared request; the answer is kept with it when it can be
         (`answered`)."""
         plan = request.plan if request.plan is not None else self.plan(request.input.params)
-        answer = await self._answer(request.input, plan, budget, audit)
+        answer, until = await self._answer(request.input, plan, budget, audit)
         request.answer = answer if answer.held else None
+        request.identified_until = until
         return answer
 
     def plan(self, params: Mapping[str, str]) -> MountPlan:
@@ -305,13 +311,14 @@ class Mounter:
         already holds it."""
         if plan is None:
             plan = self.plan(request.params)
-        result = (await self._answer(request, plan, budget, audit)).result
+        result = (await self._answer(request, plan, budget, audit))[0].result
         assert result is not None  # a fresh answer: nothing dropped it yet
         return result
 
     async def _answer(
         self, request: MountInput, plan: MountPlan, budget: float | None, audit: bool
-    ) -> Answer:
+    ) -> tuple[Answer, float]:
+        """The answer, and until when the identities it was read as hold."""
         # The budget counts from the call, not from after identify (a TokenRequest takes time).
         now = time.monotonic()
         # Identity first: no token, no answer — before any cache is consulted.
@@ -345,10 +352,11 @@ class Mounter:
             deadline = now + (DEFAULT_DEADLINE if budget is None else budget)
             result = await self._build(plan, got, request.permission, request.pod, deadline)
             answer = self._keep(key, plan, entries, result)
+        until = min(read.identity.expires for read in reads)
         if sources is None:
-            return answer
+            return answer, until
         assert answer.result is not None
-        return Answer(_with_served(answer.result, plan, sources, got.values))
+        return Answer(_with_served(answer.result, plan, sources, got.values)), until
 
     def _entries(
         self, plan: MountPlan, got: gathering.Gathered, reads: Sequence[StoreRead]
