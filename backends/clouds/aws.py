@@ -6,7 +6,7 @@
   - EKS Pod Identity: the pod's `pods.eks.amazonaws.com` token sent to the node's agent, which
     answers with the associated role's credentials.
   - `failover`: the one loop that tries the next region (or agent address) while the last one
-    failed transiently.
+    failed transiently; `sdk_client`: the one aiobotocore client configuration.
 
 What differs by store is the caller's: its metrics label, its translation of SDK exceptions
 (each store has its own error words), where its STS clients come from and what its refusals

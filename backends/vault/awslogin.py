@@ -96,8 +96,8 @@ class AwsSigner:
     async def login_data(self, aws: AwsAuth, who: AwsPod, subject: str) -> dict[str, str]:
         """The iam login fields, signed with the pod's AWS credentials."""
         if who.kind == "irsa":
-            sts, region = self._sts, (aws.region,)
-            creds = await self._aws.web_identity(sts, region, who, subject, "of the pod's token")
+            aud = "of the pod's token"
+            creds = await self._aws.web_identity(self._sts, (aws.region,), who, subject, aud)
         else:
             creds = await self._from_agent(who, subject)
         return signed_login(aws, creds)
@@ -107,15 +107,13 @@ class AwsSigner:
 
         if self._session is None:
             self._session = get_session()
-        # --aws-sts-endpoint, as for the aws store; else AWS_ENDPOINT_URL_STS (botocore's).
-        endpoint = self._env.core.aws_sts_endpoint
-        # A client per login: logins are rare (the Vault token is cached) and nothing is left
-        # open when the backend closes.
+        # A client per login (logins are rare: the Vault token is cached), so none is left open.
         return sdk_client(
             self._session,
             "sts",
             region,
-            endpoint=endpoint,
+            # --aws-sts-endpoint, as for the aws store; else AWS_ENDPOINT_URL_STS (botocore's).
+            endpoint=self._env.core.aws_sts_endpoint,
             unsigned=True,
             connect_timeout=_TIMEOUT,
             read_timeout=_TIMEOUT,
