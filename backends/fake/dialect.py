@@ -19,8 +19,6 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-import yaml
-
 from backends.fake.options import Options
 from provider.core.model import ObjectSpec, ParseContext, StorePlan, hashed_once
 from provider.core.parsing import (
@@ -112,7 +110,5 @@ def lifetime(ref: Ref) -> tuple[str, str] | None:
     return None
 
 
-def listed(items: list[dict[str, Any]]) -> dict[str, str]:
-    """Object entries of a class of several stores (provider/mount/stores.py) as the parameter
-    `parse` reads them: its `objects` list."""
-    return {"objects": yaml.safe_dump(items, sort_keys=False)}
+#: The object entries of a class of several stores, as this dialect's `objects`.
+listed = OBJECTS.listed

@@ -28,8 +28,6 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any, Literal
 
-import yaml
-
 from backends.gcp.names import ID, LOCATION, MAX_LOCATION
 from backends.gcp.options import DEFAULT_GKE_PROVIDER, Options
 from backends.gcp.selection import SELECT_KEYS as SELECT_KEYS
@@ -264,7 +262,5 @@ def lifetime(ref: Ref) -> tuple[str, str] | None:
     return None
 
 
-def listed(items: list[dict[str, Any]]) -> dict[str, str]:
-    """Object entries of a class of several stores (provider/mount/stores.py) as the parameter
-    `parse` reads them: its `secrets` list (each entry one item)."""
-    return {"secrets": yaml.safe_dump(items, sort_keys=False)}
+#: The object entries of a class of several stores, as this dialect's `secrets`.
+listed = OBJECTS.listed

@@ -16,6 +16,8 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, NoReturn, TypeVar
 
+import yaml
+
 from provider.core.boundedyaml import load_yaml
 from provider.core.errors import InvalidParameters
 from provider.core.model import ObjectSpec, ParseContext, Transforms
@@ -320,6 +322,11 @@ class ObjectList:
     fold: bool = False
     #: The problem when the list is empty (and the class selects nothing); "" lets it pass.
     empty: str = ""
+
+    def listed(self, items: list[dict[str, Any]]) -> dict[str, str]:
+        """Object entries of a class of several stores (provider/mount/stores.py) as the
+        parameter `parse` reads them: this list (the dialect's `listed`)."""
+        return {self.field: yaml.safe_dump(items, sort_keys=False)}
 
 
 #: What a dialect makes of one entry (the map, its field): its objects (AWS: one per

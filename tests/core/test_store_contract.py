@@ -57,7 +57,7 @@ def test_a_backend_drifting_from_the_protocol_fails_mypy(
     [
         ("def audiences(", "def audience(", "audiences"),
         ("def lifetime(", "def lifetimes(", "lifetime"),
-        ("def listed(", "def listing(", "listed"),
+        ("listed = ", "listing = ", "listed"),
         ("KEYS = frozenset(", "PARAMETERS = frozenset(", "KEYS"),
     ],
 )
