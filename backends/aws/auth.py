@@ -15,6 +15,7 @@ expire, so a rollout of many pods under one ServiceAccount logs in once.
 from __future__ import annotations
 
 import dataclasses
+import math
 import time
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
@@ -26,16 +27,8 @@ from backends.aws.clients import ClientPool
 from backends.aws.errors import STALE_CREDENTIALS, AwsDenied, translated
 from backends.aws.options import Options
 from backends.aws.refs import AssumeRole, AwsStore
-from backends.clouds.aws import (
-    IRSA_AUDIENCE,
-    POD_IDENTITY_AUDIENCE,
-    ROLE_ANNOTATION,
-    Credentials,
-    PodAws,
-    agent_urls,
-    failover,
-    session_name,
-)
+from backends.clouds.aws import Credentials, PodAws, agent_urls, failover, session_name
+from backends.clouds.names import IRSA_AUDIENCE, POD_IDENTITY_AUDIENCE, ROLE_ANNOTATION
 from provider.core.backend import BackendEnv
 from provider.core.identity import pod_named, pod_scope, pod_token, require_node_identity
 from provider.core.model import FetchContext, Identity, Pod, identity_key
@@ -58,6 +51,8 @@ class Login:
     assume: AssumeRole | None = None
     #: The pod whose mount made the login, as refusals name it (identity.pod_named).
     pod: str = field(default="", compare=False)
+    #: When the ServiceAccount annotation that named the role is read again.
+    until: float = field(default=math.inf, compare=False)
 
     def describe(self, subject: str) -> str:
         then = f", then role {self.assume.role_arn}" if self.assume else ""
@@ -97,29 +92,29 @@ class Authenticator:
         scope = pod_scope(self._env, pod)
         base_key = identity_key("aws", *where, auth, scope)
         if store.assume_role is None:
-            return Identity(key=base_key, subject=pod.subject, credential=login)
+            return Identity(base_key, pod.subject, login, login.until)
         # The second role, its external id, tags and duration are part of the key: two classes
         # with different chains never share credentials (the first hop they may share).
         key = identity_key("aws", *where, auth, store.assume_role.key_part, scope)
         login = dataclasses.replace(login, base_key=base_key, assume=store.assume_role)
-        return Identity(key=key, subject=pod.subject, credential=login)
+        return Identity(key, pod.subject, login, login.until)
 
     async def _login(self, store: AwsStore, pod: Pod) -> Login:
         session, named = session_name(pod), pod_named(pod)
         if store.use_pod_identity:
             token = await pod_token(self._env, pod, POD_IDENTITY_AUDIENCE)
             return Login("pod-identity", session_name=session, token=token, pod=named)
-        role = await self._aws.role(store.role_arn, pod)
+        role, until = await self._aws.role(store.role_arn, pod)
         if role:
             token = await pod_token(self._env, pod, IRSA_AUDIENCE)
-            return Login("irsa", role, session, token, pod=named)
+            return Login("irsa", role, session, token, pod=named, until=until)
         require_node_identity(
             self._env,
             pod,
             f"The AWS class (no roleArn parameter, no {ROLE_ANNOTATION} annotation on "
             f"ServiceAccount {pod.subject}, usePodIdentity not set)",
         )
-        return Login("node", session_name=session, pod=named)
+        return Login("node", session_name=session, pod=named, until=until)
 
     async def credentials(
         self, store: AwsStore, identity: Identity, ctx: FetchContext

@@ -10,12 +10,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+from backends.clouds.names import POD_IDENTITY_IPV4, POD_IDENTITY_IPV6
 from provider.core.errors import InvalidParameters
-
-#: The EKS Pod Identity agent's link-local addresses (upstream defaults).
-POD_IDENTITY_IPV4 = "http://169.254.170.23/v1/credentials"
-POD_IDENTITY_IPV6 = "http://[fd00:ec2::23]/v1/credentials"
-
 
 #: The SDK's loggers, kept at WARNING by `serve`: they log request details (headers, URLs).
 SDK_LOGGERS: tuple[str, ...] = ("botocore", "aiobotocore", "urllib3")

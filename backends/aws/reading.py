@@ -16,10 +16,11 @@ from dataclasses import dataclass
 from typing import Any, TypeVar
 
 from backends.aws.auth import Login
-from backends.aws.clients import ClientPool, Credentials
+from backends.aws.clients import ClientPool
 from backends.aws.errors import STALE_CREDENTIALS, AwsDenied, translated
 from backends.aws.options import Options
 from backends.aws.refs import AwsRef, AwsStore, Target
+from backends.clouds.aws import Credentials
 from provider.core.backend import BackendEnv
 from provider.core.errors import (
     BridgeError,

@@ -19,6 +19,7 @@ from __future__ import annotations
 import hashlib
 import json
 import logging
+import math
 import re
 from collections.abc import Awaitable, Callable, Sequence
 from contextlib import AbstractAsyncContextManager, AbstractContextManager
@@ -26,6 +27,11 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any, Protocol, TypeVar
 
+from backends.clouds.names import (
+    POD_IDENTITY_IPV4,
+    POD_IDENTITY_IPV6,
+    ROLE_ANNOTATION,
+)
 from backends.proxies import Proxies, proxied_requests
 from backends.wire import MAX_SMALL_BODY, read_capped
 from provider.core.backend import BackendEnv
@@ -35,12 +41,6 @@ from provider.core.model import Pod
 
 T = TypeVar("T")
 
-ROLE_ANNOTATION = "eks.amazonaws.com/role-arn"
-IRSA_AUDIENCE = "sts.amazonaws.com"
-POD_IDENTITY_AUDIENCE = "pods.eks.amazonaws.com"
-#: The EKS Pod Identity agent's link-local addresses, IPv4 first (as the AWS SDKs try them).
-POD_IDENTITY_IPV4 = "http://169.254.170.23/v1/credentials"
-POD_IDENTITY_IPV6 = "http://[fd00:ec2::23]/v1/credentials"
 
 #: A store's translation of SDK exceptions: `guard(what, hint)` around each call.
 Guard = Callable[[str, str], AbstractContextManager[None]]
@@ -186,9 +186,12 @@ class PodAws:
         # unless NO_PROXY lists it (with a proxy, list 169.254.170.23 and fd00:ec2::23 there).
         self._request_class = proxied_requests(Proxies.from_env())
 
-    async def role(self, given: str, pod: Pod) -> str:
-        """The IRSA role: the class's, else the ServiceAccount's annotation ("": neither)."""
-        return given or await self._annotations.of(pod)
+    async def role(self, given: str, pod: Pod) -> tuple[str, float]:
+        """The IRSA role: the class's, else the ServiceAccount's annotation ("": neither); and
+        until when it holds (`Identity.expires`: when the annotation is read again)."""
+        if given:
+            return given, math.inf
+        return await self._annotations.read(pod)
 
     async def web_identity(
         self, sts: StsClient, regions: Sequence[str], login: PodLogin, subject: str, aud: str

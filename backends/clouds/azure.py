@@ -16,10 +16,11 @@ import re
 from collections.abc import Callable
 from typing import Any
 
+from backends.clouds.names import AZURE_AUDIENCE
 from backends.wire import OAUTH_ERRORS
 from provider.core.errors import StoreUnavailable, redacted, scrub
 
-AUDIENCE = "api://AzureADTokenExchange"
+AUDIENCE = AZURE_AUDIENCE
 log = logging.getLogger("secrets_bridge.azure")
 
 _AADSTS = re.compile(r"\bAADSTS\d{4,6}\b")

@@ -26,12 +26,12 @@ from typing import Any
 import aiohttp
 
 from backends.clouds.gcp_errors import http_error, wire_error
+from backends.clouds.names import GSA_ANNOTATION
 from backends.proxies import Proxies, proxied_requests
 from backends.wire import MAX_SMALL_BODY, Resolver, read_capped
 from provider.core.errors import InvalidParameters, StoreUnavailable, scrub
 
 SCOPE = "https://www.googleapis.com/auth/cloud-platform"
-GSA_ANNOTATION = "iam.gke.io/gcp-service-account"
 #: Upper bound of one token call; the caller's deadline usually cuts it shorter.
 CALL_TIMEOUT = 30.0
 #: Cap of one token answer (a token response is under 4 KiB).

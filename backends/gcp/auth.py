@@ -33,7 +33,6 @@ from typing import Any, TypeVar
 
 from backends.clouds.gcp import (
     CALL_TIMEOUT,
-    GSA_ANNOTATION,
     SCOPE,
     AccessToken,
     Call,
@@ -41,6 +40,7 @@ from backends.clouds.gcp import (
     service_account,
 )
 from backends.clouds.gcp_errors import endpoint_of, is_tls_failure, tls_error
+from backends.clouds.names import GSA_ANNOTATION
 from backends.gcp.dialect import Audience, GcpStore, Ref
 from backends.gcp.errors import translated
 from backends.gcp.keyfile import KEY_FILE, ServiceAccountKey, assertion, parse_key

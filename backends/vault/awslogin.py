@@ -11,21 +11,15 @@ from __future__ import annotations
 import base64
 import json
 import logging
+import math
 import os
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
-from backends.clouds.aws import (
-    ROLE_ANNOTATION,
-    Credentials,
-    PodAws,
-    agent_urls,
-    failover,
-    sdk_client,
-    session_name,
-)
+from backends.clouds.aws import Credentials, PodAws, agent_urls, failover, sdk_client, session_name
+from backends.clouds.names import ROLE_ANNOTATION
 from backends.vault.methods import AwsAuth
 from provider.core.backend import BackendEnv
 from provider.core.errors import (
@@ -60,6 +54,8 @@ class AwsPod:
     token: str = field(default="", repr=False)
     #: The pod whose mount made the login, as refusals name it (identity.pod_named).
     pod: str = field(default="", compare=False)
+    #: When the ServiceAccount annotation that named the role is read again.
+    until: float = field(default=math.inf, compare=False)
 
     @property
     def key(self) -> str:
@@ -83,7 +79,7 @@ class AwsSigner:
         if aws.pod_identity:
             token = await pod_token(self._env, pod, audience)
             return AwsPod("pod-identity", token=token, pod=named)
-        role = await self._aws.role(aws.role_arn, pod)
+        role, until = await self._aws.role(aws.role_arn, pod)
         if not role:
             raise InvalidParameters(
                 f"Vault's aws login for pod {named} needs an AWS role: set vaultAWSRoleArn, "
@@ -91,7 +87,7 @@ class AwsSigner:
                 "vaultAWSUsePodIdentity"
             )
         token = await pod_token(self._env, pod, audience)
-        return AwsPod("irsa", role, session_name(pod), token, named)
+        return AwsPod("irsa", role, session_name(pod), token, named, until)
 
     async def login_data(self, aws: AwsAuth, who: AwsPod, subject: str) -> dict[str, str]:
         """The iam login fields, signed with the pod's AWS credentials."""

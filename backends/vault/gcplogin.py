@@ -16,12 +16,14 @@ Endpoints are Google's unless the operator overrides them the way gcloud does
 
 from __future__ import annotations
 
+import math
 import os
 import time
 from dataclasses import dataclass, field
 from typing import Any
 
-from backends.clouds.gcp import GSA_ANNOTATION, Call, GoogleTokens, service_account
+from backends.clouds.gcp import Call, GoogleTokens, service_account
+from backends.clouds.names import GSA_ANNOTATION
 from backends.proxies import Proxies
 from backends.vault.methods import GcpAuth
 from provider.core.backend import BackendEnv
@@ -46,6 +48,8 @@ class GcpPod:
 
     service_account: str
     token: str = field(default="", repr=False)
+    #: When the ServiceAccount annotation it was named by is read again (`Identity.expires`).
+    until: float = field(default=math.inf, compare=False)
 
     @property
     def key(self) -> str:
@@ -65,7 +69,9 @@ class GcpSigner:
 
     async def who(self, gcp: GcpAuth, audience: str, pod: Pod) -> GcpPod:
         """The pod's service account, refused before any cache when its token is missing."""
-        account = gcp.service_account or await self._annotations.of(pod)
+        account, until = gcp.service_account, math.inf
+        if not account:
+            account, until = await self._annotations.read(pod)
         if not account:
             raise InvalidParameters(
                 f"Vault's gcp login for {pod.subject} needs a Google service account to sign "
@@ -73,7 +79,7 @@ class GcpSigner:
                 f"{GSA_ANNOTATION}"
             )
         account = service_account(account, pod.subject)
-        return GcpPod(account, await pod_token(self._env, pod, audience))
+        return GcpPod(account, await pod_token(self._env, pod, audience), until)
 
     async def login_data(
         self, gcp: GcpAuth, who: GcpPod, role: str, subject: str

@@ -39,12 +39,10 @@ import re
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 
+from backends.clouds.names import AZURE_AUDIENCE, IRSA_AUDIENCE, POD_IDENTITY_AUDIENCE
 from provider.core.parsing import Problems, go_bool
 
-IRSA_AUDIENCE = "sts.amazonaws.com"
-AZURE_AUDIENCE = "api://AzureADTokenExchange"
 DEFAULT_AZURE_RESOURCE = "https://management.azure.com/"
-POD_IDENTITY_AUDIENCE = "pods.eks.amazonaws.com"
 DEFAULT_AWS_REGION = "us-east-1"
 #: The methods a class may name, and the mount each uses when the class names none.
 DEFAULT_MOUNTS = {

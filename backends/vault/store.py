@@ -12,6 +12,7 @@ from __future__ import annotations
 import dataclasses
 import functools
 import json
+import math
 import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -19,9 +20,10 @@ from typing import Any
 
 from backends.vault import dialect, leases
 from backends.vault.auth import Authenticator, VaultToken
-from backends.vault.awslogin import AwsSigner
+from backends.vault.awslogin import AwsPod, AwsSigner
 from backends.vault.client import Reply, VaultHTTP, status_error
 from backends.vault.dialect import Ref, VaultStore
+from backends.vault.gcplogin import GcpPod
 from backends.vault.leases import Leases
 from backends.vault.objects import VaultRef
 from backends.vault.options import Options
@@ -82,7 +84,10 @@ class VaultBackend:
             *cloud,
             pod_scope(self._env, pod),
         )
-        return Identity(key=key, subject=pod.subject, credential=credential)
+        # A cloud login whose principal a ServiceAccount annotation named holds until that is
+        # read again (`Identity.expires`).
+        until = credential.until if isinstance(credential, AwsPod | GcpPod) else math.inf
+        return Identity(key, pod.subject, credential, until)
 
     async def fetch(
         self, plan: Plan, identity: Identity, refs: Sequence[Ref], ctx: FetchContext

@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import asyncio
+import math
+import time
 from collections.abc import AsyncIterator
 
 import pytest
@@ -15,6 +17,7 @@ from devkit.kube import ServiceAccounts
 from devkit.moto import CountingProxy, MotoServer
 from devkit.testing import fetch_ctx, make_env, make_pod
 from provider.core.errors import MissingCredential, PermissionDenied
+from provider.core.identity import ANNOTATION_TTL
 from provider.core.model import ParseContext
 from tests.backends.aws.conftest import POD_TOKEN, REGION, ROLE, MakeHarness, irsa_pod
 
@@ -203,3 +206,16 @@ async def test_aws_credentials_are_renewed_before_they_expire(
         assert agent.calls["credentials"] == 2
     finally:
         await agent.stop()
+
+
+async def test_an_identity_named_by_an_annotation_holds_until_it_is_read_again(
+    make_harness: MakeHarness, kube: ServiceAccounts
+) -> None:
+    """A request answered again skips identify only until then (Identity.expires), so a
+    changed annotation takes effect as soon as it did when every mount identified the pod."""
+    h = make_harness(kube_api_url=kube.url)
+    before = time.monotonic()
+    annotated = await h.backend.identify(h.parse({"objects": OBJECTS}), irsa_pod())
+    assert before + ANNOTATION_TTL <= annotated.expires <= time.monotonic() + ANNOTATION_TTL
+    given = await h.backend.identify(h.parse({"roleArn": ROLE, "objects": OBJECTS}), irsa_pod())
+    assert given.expires == math.inf

@@ -6,7 +6,7 @@ from __future__ import annotations
 import grpc
 import pytest
 
-from backends.clouds.gcp import GSA_ANNOTATION
+from backends.clouds.names import GSA_ANNOTATION
 from backends.gcp.dialect import GcpRef
 from devkit.google import POOL
 from devkit.testing import fetch_ctx, make_pod

@@ -16,7 +16,8 @@ import pytest
 from cryptography.hazmat.primitives import serialization
 from cryptography.hazmat.primitives.asymmetric import rsa
 
-from backends.clouds.gcp import GSA_ANNOTATION, SCOPE
+from backends.clouds.gcp import SCOPE
+from backends.clouds.names import GSA_ANNOTATION
 from backends.gcp import auth as gcp_auth
 from backends.gcp.dialect import GcpRef
 from backends.gcp.keyfile import ServiceAccountKey

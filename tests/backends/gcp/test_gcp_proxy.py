@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 from yarl import URL
 
-from backends.clouds.gcp import GSA_ANNOTATION
+from backends.clouds.names import GSA_ANNOTATION
 from backends.gcp.dialect import GcpRef
 from backends.gcp.options import DEFAULT_IAM, DEFAULT_SECRETMANAGER, DEFAULT_STS
 from backends.gcp.store import GcpBackend
