@@ -45,7 +45,7 @@ from backends.aws.roles import ASSUME_KEYS, ROLE_ARN, parse_assume_role
 from backends.aws.selectors import SELECT_KEYS, selection
 from provider.core.boundedyaml import load_yaml
 from provider.core.model import ObjectSpec, ParseContext, StorePlan
-from provider.core.parsing import Problems, expect_list, go_bool, unique_names
+from provider.core.parsing import Problems, expect_list, go_bool, plain_secrets, unique_names
 
 __all__ = [
     "KEYS",
@@ -164,9 +164,8 @@ def audiences(store: AwsStore) -> tuple[str, ...]:
     return ("pods.eks.amazonaws.com",) if store.use_pod_identity else ("sts.amazonaws.com",)
 
 
-def lifetime(ref: Ref) -> tuple[str, str] | None:
-    """Its answers are plain secrets: no lease, no certificate issued per read (`check`)."""
-    return None
+#: Its answers are plain secrets: no lease, no certificate issued per read (`check`).
+lifetime = plain_secrets
 
 
 def listed(items: list[dict[str, Any]]) -> dict[str, str]:

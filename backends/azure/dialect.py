@@ -39,11 +39,7 @@ from backends.azure.objects import AzureRef, parse_objects
 from backends.azure.options import Options
 from backends.azure.selectors import AzureSelection
 from provider.core.model import ObjectSpec, ParseContext, StorePlan
-from provider.core.parsing import (
-    Problems,
-    go_bool,
-    unique_names,
-)
+from provider.core.parsing import Problems, go_bool, plain_secrets, unique_names
 
 KEYS = frozenset(
     {
@@ -252,9 +248,8 @@ def audiences(store: AzureStore) -> tuple[str, ...]:
     return (audience,) if audience else ()
 
 
-def lifetime(ref: Ref) -> tuple[str, str] | None:
-    """Its answers are plain secrets: no lease, no certificate issued per read (`check`)."""
-    return None
+#: Its answers are plain secrets: no lease, no certificate issued per read (`check`).
+lifetime = plain_secrets
 
 
 def listed(items: list[dict[str, Any]]) -> dict[str, str]:

@@ -21,14 +21,7 @@ from typing import Any
 
 from backends.fake.options import Options
 from provider.core.model import ObjectSpec, ParseContext, StorePlan, hashed_once
-from provider.core.parsing import (
-    ObjectList,
-    Problems,
-    expect_str,
-    parse_mode,
-    parse_objects,
-    parse_transforms,
-)
+from provider.core.parsing import ObjectList, Problems, expect_str, file_object, parse_objects
 
 KEYS = frozenset({"objects", "audience"})
 #: A test store: a class naming it is refused unless the provider runs with this flag.
@@ -81,9 +74,7 @@ def parse(params: Mapping[str, str], ctx: ParseContext[Options]) -> StorePlan[Fa
     def entry(obj: Mapping[str, Any], where: str) -> ObjectSpec[Ref]:
         name = expect_str(obj.get("objectName"), f"{where}.objectName", problems, required=True)
         path = expect_str(obj.get("secretPath"), f"{where}.secretPath", problems) or name
-        mode = parse_mode(obj.get("filePermission"), f"{where}.filePermission", problems)
-        transforms = parse_transforms(obj, where, problems)
-        return ObjectSpec(name, FakeRef(path), mode, transforms, f"{where}.objectName")
+        return file_object(obj, where, name, FakeRef(path), problems)
 
     specs = parse_objects(params.get("objects", ""), OBJECTS, entry, ctx, problems)
     problems.raise_if_any()

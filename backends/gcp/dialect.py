@@ -41,6 +41,7 @@ from provider.core.parsing import (
     parse_mode,
     parse_objects,
     parse_transforms,
+    plain_secrets,
 )
 
 KEYS = frozenset({"secrets", "auth"})
@@ -257,9 +258,8 @@ def audiences(store: GcpStore) -> tuple[str, ...]:
     return (store.audience.token if store.audience else "<PROJECT>.svc.id.goog",)
 
 
-def lifetime(ref: Ref) -> tuple[str, str] | None:
-    """Its answers are plain secrets: no lease, no certificate issued per read (`check`)."""
-    return None
+#: Its answers are plain secrets: no lease, no certificate issued per read (`check`).
+lifetime = plain_secrets
 
 
 #: The object entries of a class of several stores, as this dialect's `secrets`.

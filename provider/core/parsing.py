@@ -310,8 +310,9 @@ class ObjectList:
     what: str
     #: The entry's own keys; our extension keys (TRANSFORM_KEYS) are accepted beside them.
     keys: frozenset[str]
-    #: The problem when the parameter is missing (and the class selects nothing).
-    required: str
+    #: The problem when the parameter is missing (and the class selects nothing); by default
+    #: "objects is required: a YAML list of {<keys>}".
+    required: str = ""
     #: The parameter; each entry's field is `<field>[i]` (`objects[2]`, GCP's `secrets[2]`).
     field: str = "objects"
     #: What the message about two entries writing one file calls the file's name.
@@ -340,7 +341,8 @@ def parse_objects(
     """A class's object list `raw` (YAML or JSON) as its ObjectSpecs: problems collected."""
     if not raw.strip():
         if not ctx.selects:
-            problems.add(form.required)
+            keys = ", ".join(sorted(form.keys))
+            problems.add(form.required or f"{form.field} is required: a YAML list of {{{keys}}}")
         return []
     try:
         doc = load_yaml(raw, form.field)
@@ -357,7 +359,7 @@ def object_entries(
     entry: Entry[R],
     ctx: ParseContext[Any],
     problems: Problems,
-    as_map: Callable[[Any, str], Mapping[str, Any] | None] | None = None,
+    as_map: Callable[[Any, str, Problems], Mapping[str, Any] | None] = expect_map,
 ) -> list[ObjectSpec[R]]:
     """The loop over a loaded list `doc` (field `where`): held to `--max-objects` before any
     entry is parsed, each entry a map (`as_map` reads one otherwise written, Azure's YAML
@@ -374,7 +376,7 @@ def object_entries(
     specs: list[ObjectSpec[R]] = []
     for i, item in enumerate(items):
         at = f"{where}[{i}]"
-        obj = as_map(item, at) if as_map else expect_map(item, at, problems)
+        obj = as_map(item, at, problems)
         if obj is None:
             continue
         if form.fold:
@@ -384,6 +386,27 @@ def object_entries(
         specs.extend([got] if isinstance(got, ObjectSpec) else got or ())
     unique_names([(s.name, s.field) for s in specs], form.unique, problems)
     return specs
+
+
+def plain_secrets(ref: object) -> None:
+    """A dialect's `lifetime` when its answers are plain secrets: no lease, no certificate
+    issued per read (`check`)."""
+    return None
+
+
+def file_object(
+    obj: Mapping[str, Any],
+    where: str,
+    name: str,
+    ref: R,
+    problems: Problems,
+    base: Transforms = Transforms(),
+) -> ObjectSpec[R]:
+    """The entry `where` as the file `name` of what `ref` reads: its `filePermission` and our
+    extension keys (over the dialect's own `base`), named in messages by its objectName."""
+    mode = parse_mode(obj.get("filePermission"), f"{where}.filePermission", problems)
+    transforms = parse_transforms(obj, where, problems, base)
+    return ObjectSpec(name, ref, mode, transforms, f"{where}.objectName")
 
 
 def check_jmespath(expression: str, field: str, problems: Problems) -> None:

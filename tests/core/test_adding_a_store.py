@@ -46,6 +46,112 @@ SKIPPED = shutil.ignore_patterns(
 
 # --- the throwaway store, as the docs say to write one ------------------------------------
 
+#: The new store's dialect.py, unindented so that its lines are as long as a store's own.
+DIALECT_PY = '''\
+"""The kvmem dialect: `objects`, a list of {objectName, key (default: objectName)}."""
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from backends.kvmem.options import Options
+from provider.core import parsing
+from provider.core.model import ObjectSpec, ParseContext, StorePlan, hashed_once
+from provider.core.parsing import ObjectList, Problems, expect_str
+
+KEYS = frozenset({"objects"})
+OBJECTS = ObjectList("a kvmem object", frozenset({"objectName", "key", "filePermission"}))
+listed = OBJECTS.listed
+lifetime = parsing.plain_secrets
+
+
+@dataclass(frozen=True)
+class KvmemStore:
+    def describe(self) -> str:
+        return "kvmem"
+
+
+@hashed_once
+@dataclass(frozen=True)
+class KvmemRef:
+    key: str
+
+    def describe(self) -> str:
+        return self.key
+
+
+Plan = StorePlan[KvmemStore, KvmemRef]
+
+
+def parse(params: Mapping[str, str], ctx: ParseContext[Options]) -> Plan:
+    problems = Problems(strict=ctx.strict)
+
+    def entry(obj: Mapping[str, Any], where: str) -> ObjectSpec[KvmemRef]:
+        name = expect_str(obj.get("objectName"), f"{where}.objectName", problems, required=True)
+        key = expect_str(obj.get("key"), f"{where}.key", problems) or name
+        return parsing.file_object(obj, where, name, KvmemRef(key), problems)
+
+    specs = parsing.parse_objects(params.get("objects", ""), OBJECTS, entry, ctx, problems)
+    problems.raise_if_any()
+    return StorePlan("kvmem", KvmemStore(), tuple(specs), tuple(problems.warnings))
+
+
+def audiences(store: KvmemStore) -> tuple[str, ...]:
+    return ()  # no login with the pod's token
+'''
+
+#: Its store.py, likewise.
+STORE_PY = '''\
+"""The kvmem backend: values from a dict in memory (`DATA`), read through env.retry."""
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+
+from backends.kvmem import dialect
+from backends.kvmem.dialect import KvmemRef, KvmemStore, Plan
+from backends.kvmem.options import Options
+from provider.core.backend import Backend, BackendEnv, Dialect
+from provider.core.errors import NotFound
+from provider.core.identity import pod_scope
+from provider.core.model import FetchContext, Fetched, Identity, Pod, SecretValue, identity_key
+
+#: The store's contents: key -> value.
+DATA: dict[str, str] = {}
+
+
+@dataclass
+class KvmemBackend:
+    env: BackendEnv[Options]
+    name: str = "kvmem"
+
+    async def identify(self, plan: Plan, pod: Pod) -> Identity:
+        return Identity(key=identity_key("kvmem", pod_scope(self.env, pod)), subject=pod.subject)
+
+    async def fetch(
+        self, plan: Plan, identity: Identity, refs: Sequence[KvmemRef], ctx: FetchContext
+    ) -> Mapping[KvmemRef, Fetched]:
+        async def read() -> dict[KvmemRef, Fetched]:
+            return {ref: self._read(ref) for ref in refs}
+
+        return await self.env.retry(read, ctx)
+
+    def _read(self, ref: KvmemRef) -> Fetched:
+        value = DATA.get(self.env.options.prefix + ref.key)
+        if value is None:
+            return NotFound(f"kvmem store: no value at {ref.key!r}")
+        return [SecretValue(content=value.encode())]
+
+    async def close(self) -> None:
+        return None
+
+
+def create(env: BackendEnv[Options]) -> Backend[KvmemStore, KvmemRef]:
+    return KvmemBackend(env)
+
+
+DIALECT: Dialect[KvmemStore, KvmemRef, Options] = dialect
+'''
+
 STORE_FILES: dict[str, str] = {
     f"backends/{NAME}/__init__.py": '''\
         """kvmem: a throwaway in-memory store (tests/core/test_adding_a_store.py)."""
@@ -63,175 +169,16 @@ STORE_FILES: dict[str, str] = {
         class Options:
             prefix: str = field(default="", metadata={"help": "prefix of every key read"})
         ''',
-    f"backends/{NAME}/dialect.py": '''\
-        """The kvmem dialect.
-
-        parameters:
-          backend: kvmem
-          objects: |
-            - objectName: db-password   # file name
-              key: db/password          # key in the store (default: objectName)
-              filePermission: 0400
-        """
-
-        from __future__ import annotations
-
-        from collections.abc import Mapping
-        from dataclasses import dataclass
-        from typing import Any
-
-        import yaml
-
-        from backends.kvmem.options import Options
-        from provider.core.boundedyaml import load_yaml
-        from provider.core.model import ObjectSpec, ParseContext, StorePlan, hashed_once
-        from provider.core.parsing import (
-            TRANSFORM_KEYS,
-            Problems,
-            expect_list,
-            expect_map,
-            expect_str,
-            parse_mode,
-            parse_transforms,
-            unique_names,
-            unknown_keys,
-        )
-
-        KEYS = frozenset({"objects"})
-        OBJECT_KEYS = frozenset({"objectName", "key", "filePermission"}) | TRANSFORM_KEYS
-
-
-        @dataclass(frozen=True)
-        class KvmemStore:
-            def describe(self) -> str:
-                return "kvmem"
-
-
-        @hashed_once
-        @dataclass(frozen=True)
-        class KvmemRef:
-            key: str
-
-            def describe(self) -> str:
-                return self.key
-
-
-        def parse(
-            params: Mapping[str, str], ctx: ParseContext[Options]
-        ) -> StorePlan[KvmemStore, KvmemRef]:
-            problems = Problems(strict=ctx.strict)
-            raw = params.get("objects", "")
-            if not raw.strip():
-                problems.fail("objects is required: a YAML list of {objectName, key}")
-            entries = expect_list(load_yaml(raw, "objects"), "objects", problems)
-            specs: list[ObjectSpec[KvmemRef]] = []
-            for i, entry in enumerate(entries):
-                where = f"objects[{i}]"
-                obj = expect_map(entry, where, problems)
-                if obj is None:
-                    continue
-                unknown_keys(obj, OBJECT_KEYS, where, "a kvmem object", problems)
-                field = f"{where}.objectName"
-                name = expect_str(obj.get("objectName"), field, problems, required=True)
-                key = expect_str(obj.get("key"), f"{where}.key", problems) or name
-                mode = parse_mode(obj.get("filePermission"), f"{where}.filePermission", problems)
-                transforms = parse_transforms(obj, where, problems)
-                specs.append(ObjectSpec(name, KvmemRef(key), mode, transforms, field))
-            unique_names([(s.name, s.field) for s in specs], "objectName", problems)
-            problems.raise_if_any()
-            return StorePlan("kvmem", KvmemStore(), tuple(specs), tuple(problems.warnings))
-
-
-        def audiences(store: KvmemStore) -> tuple[str, ...]:
-            """None: the store does not log in with the pod's token."""
-            return ()
-
-
-        def lifetime(ref: KvmemRef) -> tuple[str, str] | None:
-            """Plain values only."""
-            return None
-
-
-        def listed(items: list[dict[str, Any]]) -> dict[str, str]:
-            """Object entries of a class of several stores, as this dialect's `objects`."""
-            return {"objects": yaml.safe_dump(items, sort_keys=False)}
-        ''',
-    f"backends/{NAME}/store.py": '''\
-        """The kvmem backend: values from a dict in memory (`DATA`), read through env.retry."""
-
-        from __future__ import annotations
-
-        from collections.abc import Mapping, Sequence
-
-        from backends.kvmem import dialect
-        from backends.kvmem.dialect import KvmemRef, KvmemStore
-        from backends.kvmem.options import Options
-        from provider.core.backend import Backend, BackendEnv, Dialect
-        from provider.core.errors import NotFound
-        from provider.core.identity import pod_scope
-        from provider.core.model import (
-            FetchContext,
-            Fetched,
-            Identity,
-            Pod,
-            SecretValue,
-            StorePlan,
-            identity_key,
-        )
-
-        Plan = StorePlan[KvmemStore, KvmemRef]
-
-        #: The store's contents: key -> value.
-        DATA: dict[str, str] = {}
-
-
-        class KvmemBackend:
-            name = "kvmem"
-
-            def __init__(self, env: BackendEnv[Options]) -> None:
-                self._env = env
-
-            async def identify(self, plan: Plan, pod: Pod) -> Identity:
-                key = identity_key("kvmem", pod_scope(self._env, pod))
-                return Identity(key=key, subject=pod.subject)
-
-            async def fetch(
-                self, plan: Plan, identity: Identity, refs: Sequence[KvmemRef], ctx: FetchContext
-            ) -> Mapping[KvmemRef, Fetched]:
-                async def read() -> dict[KvmemRef, Fetched]:
-                    return {ref: self._read(ref) for ref in refs}
-
-                return await self._env.retry(read, ctx)
-
-            def _read(self, ref: KvmemRef) -> Fetched:
-                value = DATA.get(self._env.options.prefix + ref.key)
-                if value is None:
-                    return NotFound(f"kvmem store: no value at {ref.key!r}")
-                return [SecretValue(content=value.encode())]
-
-            async def close(self) -> None:
-                return None
-
-
-        def create(env: BackendEnv[Options]) -> Backend[KvmemStore, KvmemRef]:
-            return KvmemBackend(env)
-
-
-        DIALECT: Dialect[KvmemStore, KvmemRef, Options] = dialect
-        ''',
+    f"backends/{NAME}/dialect.py": DIALECT_PY,
+    f"backends/{NAME}/store.py": STORE_PY,
     f"tests/backends/{NAME}/__init__.py": "",
-    f"tests/backends/{NAME}/test_{NAME}_store.py": '''\
-        """The kvmem store: its dialect and its reads."""
-
-        from __future__ import annotations
+    f"tests/backends/{NAME}/test_{NAME}_dialect.py": '''\
+        """The kvmem dialect: objects become refs and files."""
 
         import pytest
 
-        from backends.kvmem import store
         from backends.kvmem.dialect import KvmemRef, parse
-        from backends.kvmem.options import Options
-        from devkit.testing import fetch_ctx, make_env, make_pod
-        from provider.core.errors import InvalidParameters, NotFound
+        from provider.core.errors import InvalidParameters
         from provider.core.model import ParseContext
 
 
@@ -247,18 +194,72 @@ STORE_FILES: dict[str, str] = {
         def test_a_class_without_objects_is_refused() -> None:
             with pytest.raises(InvalidParameters, match="objects is required"):
                 parse({}, ParseContext())
+        ''',
+    f"tests/backends/{NAME}/test_{NAME}_identity.py": '''\
+        """Whom kvmem reads as: the pod's scope."""
+
+        from backends.kvmem import store
+        from backends.kvmem.dialect import parse
+        from devkit.testing import make_env, make_pod
+        from provider.core.model import ParseContext
 
 
-        async def test_reads_under_the_prefix_and_misses_are_not_found() -> None:
+        async def test_the_identity_is_the_pods() -> None:
+            backend = store.create(make_env("kvmem"))
+            plan = parse({"objects": "- objectName: a"}, ParseContext())
+            identity = await backend.identify(plan, make_pod(namespace="team"))
+            assert identity.key.startswith("kvmem|") and "team" in identity.key
+        ''',
+    f"tests/backends/{NAME}/test_{NAME}_fetch.py": '''\
+        """kvmem reads under the prefix of its flag."""
+
+        from backends.kvmem import store
+        from backends.kvmem.dialect import KvmemRef, parse
+        from backends.kvmem.options import Options
+        from devkit.testing import fetch_ctx, make_env, make_pod
+        from provider.core.model import ParseContext
+
+
+        async def test_reads_under_the_prefix() -> None:
             store.DATA.update({"app/a": "1"})
             backend = store.create(make_env("kvmem", Options(prefix="app/")))
-            plan = parse({"objects": "- objectName: a\\n- objectName: b"}, ParseContext())
+            plan = parse({"objects": "- objectName: a"}, ParseContext())
             identity = await backend.identify(plan, make_pod())
-            refs = [KvmemRef("a"), KvmemRef("b")]
-            got = await backend.fetch(plan, identity, refs, fetch_ctx())
+            got = await backend.fetch(plan, identity, [KvmemRef("a")], fetch_ctx())
             found = got[KvmemRef("a")]
             assert isinstance(found, list) and found[0].content == b"1"
-            assert isinstance(got[KvmemRef("b")], NotFound)
+        ''',
+    f"tests/backends/{NAME}/test_{NAME}_errors.py": '''\
+        """A missing kvmem value is the core's NotFound, per ref."""
+
+        from backends.kvmem import store
+        from backends.kvmem.dialect import KvmemRef, parse
+        from devkit.testing import fetch_ctx, make_env, make_pod
+        from provider.core.errors import NotFound
+        from provider.core.model import ParseContext
+
+
+        async def test_a_miss_is_not_found() -> None:
+            backend = store.create(make_env("kvmem"))
+            plan = parse({"objects": "- objectName: nowhere"}, ParseContext())
+            identity = await backend.identify(plan, make_pod())
+            got = await backend.fetch(plan, identity, [KvmemRef("nowhere")], fetch_ctx())
+            assert isinstance(got[KvmemRef("nowhere")], NotFound)
+        ''',
+    f"tests/backends/{NAME}/test_{NAME}_mount.py": '''\
+        """A Mount of a kvmem class writes its files (the dev kit's Harness)."""
+
+        from pathlib import Path
+
+        from backends.kvmem import store
+        from devkit.testing import Harness
+
+
+        async def test_a_mount_writes_its_files(tmp_path: Path) -> None:
+            store.DATA.update({"db/password": "pw"})
+            objects = [{"objectName": "db-password", "key": "db/password"}]
+            files = await Harness(tmp_path).files(objects, backend="kvmem")
+            assert files == {"db-password": b"pw"}
         ''',
     f"deploy/examples/{NAME}.yaml": """\
         # The kvmem store: values from the provider's memory (a throwaway store of the tests).
@@ -277,6 +278,10 @@ STORE_FILES: dict[str, str] = {
                 filePermission: 0400
         """,
 }
+
+#: The tests every store ships, `tests/backends/<name>/test_<name>_<role>.py`
+#: (tests/core/test_store_contract.py requires them).
+SHIPPED = ("dialect", "identity", "fetch", "errors", "mount")
 
 # --- what runs inside the copy --------------------------------------------------------------
 
@@ -554,6 +559,7 @@ def test_the_suites_store_lists_take_it_in(copy: Path) -> None:
         f"tests/backends/{NAME}",
         "tests/deploy/test_deploy_examples.py",
         "tests/deploy/test_deploy_helm.py::test_every_serve_flag_has_a_chart_value_or_a_reason_not_to",
+        f"tests/core/test_store_contract.py::test_every_store_ships_its_tests[{NAME}]",
         f"tests/core/test_fuzz_parsing.py::test_dialect_parsers_fail_cleanly[{NAME}]",
         timeout=300,
     )
@@ -561,11 +567,63 @@ def test_the_suites_store_lists_take_it_in(copy: Path) -> None:
     # The new store's own cases ran: its tests, its example (checked and in the upstream
     # style), its dialect's fuzzing; nothing was skipped.
     passed = [line.split(" ")[0] for line in result.stdout.splitlines() if " PASSED" in line]
+    ran = {case.partition("::")[0] for case in passed} | set(passed)
     for case in (
-        f"tests/backends/{NAME}/test_{NAME}_store.py::test_objects_become_refs_and_files",
+        *(f"tests/backends/{NAME}/test_{NAME}_{role}.py" for role in SHIPPED),
+        f"tests/core/test_store_contract.py::test_every_store_ships_its_tests[{NAME}]",
         f"tests/deploy/test_deploy_examples.py::test_secrets_bridge_check_accepts_the_example[{NAME}.yaml]",
         f"tests/deploy/test_deploy_examples.py::test_one_class_per_backend_in_the_upstream_style[{NAME}.yaml-{NAME}]",
         f"tests/core/test_fuzz_parsing.py::test_dialect_parsers_fail_cleanly[{NAME}]",
     ):
-        assert case in passed, (case, result.stdout)
+        assert case in ran, (case, result.stdout)
     assert "SKIPPED" not in result.stdout, result.stdout
+
+
+def test_it_ships_the_tests_every_store_ships(copy: Path) -> None:
+    """The contract test requires them: a store without its errors tests is refused by name."""
+    shipped = copy / "tests" / "backends" / NAME / f"test_{NAME}_errors.py"
+    source = shipped.read_text()
+    shipped.unlink()
+    try:
+        result = run(
+            copy, sys.executable, "-m", "pytest", "-q", "tests/core/test_store_contract.py"
+        )
+    finally:
+        shipped.write_text(source)
+    assert result.returncode != 0, result.stdout
+    assert f"store {NAME!r}: tests/backends/{NAME}/ lacks test_{NAME}_errors.py" in result.stdout
+
+
+def edited(path: Path, old: str, new: str = "") -> str:
+    """`path`'s text with `old` replaced (written back): its original, to restore."""
+    source = path.read_text()
+    assert old in source, (path, old)
+    path.write_text(source.replace(old, new))
+    return source
+
+
+def test_the_registry_refuses_it_without_its_dialect_line(copy: Path) -> None:
+    store = copy / "backends" / NAME / "store.py"
+    source = edited(store, "DIALECT: Dialect[KvmemStore, KvmemRef, Options] = dialect\n")
+    create = "from backends import registry\nfrom devkit.testing import make_env\n"
+    create += f"registry.create(make_env({NAME!r}))\n"
+    try:
+        result = run(copy, sys.executable, "-c", create)
+    finally:
+        store.write_text(source)
+    assert result.returncode != 0
+    expected = f"NotAStore: store {NAME!r}: backends/{NAME}/store.py has no 'DIALECT'"
+    assert expected in result.stderr, result.stderr
+
+
+def test_check_refuses_it_without_its_dialects_listed(copy: Path) -> None:
+    """Not only a class of several stores (which calls `listed`): any class of the store."""
+    dialect = copy / "backends" / NAME / "dialect.py"
+    source = edited(dialect, "listed = OBJECTS.listed\n")
+    try:
+        with pytest.raises(AssertionError) as failed:
+            check_class(copy, {"backend": NAME, "objects": "- objectName: a"})
+    finally:
+        dialect.write_text(source)
+    expected = f"store {NAME!r}: backends/{NAME}/dialect.py has no 'listed' (the Dialect protocol"
+    assert expected in str(failed.value)

@@ -1,10 +1,12 @@
 """The store contract is checked by mypy (issue 34): each store's `create` is typed as the
 `Backend` protocol and each `store.py` assigns its dialect module to a `Dialect`, so a store
 whose backend or dialect drifts from the protocol fails `make lint`. Shown here on broken copies
-of the fake store's modules, type-checked with the project's own mypy settings."""
+of the fake store's modules, type-checked with the project's own mypy settings. The registry
+checks the same members as it loads a store (issue 42), and every store ships its tests."""
 
 from __future__ import annotations
 
+import importlib
 import os
 import subprocess
 import sys
@@ -12,8 +14,23 @@ from pathlib import Path
 
 import pytest
 
+from backends import registry
+from devkit.testing import make_env
+
 ROOT = Path(__file__).resolve().parents[2]
 FAKE = ROOT / "backends" / "fake"
+#: What `tests/backends/<name>/` holds for every store: `test_<name>_<role>.py`, its dialect,
+#: whom it reads as, its reads, its errors and a Mount of it. A test store (fake, whose dialect
+#: says the flag it needs) is exercised by the core's and the mount layer's tests instead.
+SHIPPED = ("dialect", "identity", "fetch", "errors", "mount")
+
+
+@pytest.mark.parametrize("name", [n for n in registry.names() if not registry.enabled_by(n)])
+def test_every_store_ships_its_tests(name: str) -> None:
+    folder = ROOT / "tests" / "backends" / name
+    files = [f"test_{name}_{role}.py" for role in SHIPPED]
+    missing = [f for f in files if not (folder / f).is_file()]
+    assert not missing, f"store {name!r}: tests/backends/{name}/ lacks {', '.join(missing)}"
 
 
 def mypy(tmp_path: Path, *files: str) -> subprocess.CompletedProcess[str]:
@@ -78,3 +95,32 @@ def test_a_dialect_drifting_from_the_protocol_fails_mypy(
     assert result.returncode == 1 and "Dialect" in result.stdout and missing in result.stdout, (
         result.stdout
     )
+
+
+def test_the_registry_refuses_a_dialect_without_a_protocol_member(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    dialect = importlib.import_module("backends.fake.dialect")
+    monkeypatch.delattr(dialect, "listed")
+    monkeypatch.delattr(dialect, "KEYS")
+    registry._dialect.cache_clear()
+    try:
+        with pytest.raises(registry.NotAStore) as refused:
+            registry.dialect_module("fake")
+    finally:
+        registry._dialect.cache_clear()
+    assert str(refused.value) == (
+        "store 'fake': backends/fake/dialect.py has no 'KEYS', 'listed' "
+        "(the Dialect protocol: KEYS, audiences, lifetime, listed, parse)"
+    )
+
+
+def test_the_registry_refuses_a_store_module_whose_dialect_is_another(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    store = importlib.import_module("backends.fake.store")
+    monkeypatch.setattr(store, "DIALECT", importlib.import_module("backends.vault.dialect"))
+    with pytest.raises(
+        registry.NotAStore, match=r"store 'fake': backends/fake/store\.py's DIALECT"
+    ):
+        registry.create(make_env("fake"))
