@@ -395,17 +395,12 @@ def plain_secrets(ref: object) -> None:
 
 
 def file_object(
-    obj: Mapping[str, Any],
-    where: str,
-    name: str,
-    ref: R,
-    problems: Problems,
-    base: Transforms = Transforms(),
+    obj: Mapping[str, Any], where: str, name: str, ref: R, problems: Problems
 ) -> ObjectSpec[R]:
     """The entry `where` as the file `name` of what `ref` reads: its `filePermission` and our
-    extension keys (over the dialect's own `base`), named in messages by its objectName."""
+    extension keys, named in messages by its objectName."""
     mode = parse_mode(obj.get("filePermission"), f"{where}.filePermission", problems)
-    transforms = parse_transforms(obj, where, problems, base)
+    transforms = parse_transforms(obj, where, problems)
     return ObjectSpec(name, ref, mode, transforms, f"{where}.objectName")
 
 
