@@ -3,12 +3,15 @@
 from __future__ import annotations
 
 import time
+from collections.abc import Mapping
+from typing import Any
 
 import pytest
 
 from provider.core.boundedyaml import load_yaml
 from provider.core.errors import InvalidParameters
-from provider.core.parsing import Problems, parse_bool, parse_mode
+from provider.core.model import ObjectSpec, ParseContext
+from provider.core.parsing import ObjectList, Problems, parse_bool, parse_mode, parse_objects
 
 
 @pytest.mark.parametrize(
@@ -58,3 +61,38 @@ def test_oversized_yaml_is_refused() -> None:
 def test_yaml_error_names_field_and_line() -> None:
     with pytest.raises(InvalidParameters, match=r"^templates: invalid YAML at line 2"):
         load_yaml("- a: 1\n - b: [", "templates")
+
+
+FORM = ObjectList("a test object", frozenset({"objectName"}), empty="objects: none listed")
+
+
+def entry(obj: Mapping[str, Any], where: str) -> ObjectSpec[str]:
+    return ObjectSpec(str(obj.get("objectName")), "ref", field=f"{where}.objectName")
+
+
+@pytest.mark.parametrize(
+    ("raw", "problem"),
+    [
+        ("", "objects is required: a YAML list of {objectName}"),
+        ("[]", "objects: none listed"),
+        ("a: 1", "objects: expected a YAML list, got dict"),
+        ("- 1", "objects[0]: expected a map of keys to values, got int"),
+        ("- {objectName: a}\n- {objectName: a}", "objectName 'a' is used by objects[0]"),
+        ("- {objectName: a}\n- {objectName: b}\n- {objectName: c}", "3 entries is over the limit"),
+    ],
+)
+def test_an_object_list_names_each_problem(raw: str, problem: str) -> None:
+    problems = Problems()
+    parse_objects(raw, FORM, entry, ParseContext(max_objects=2), problems)
+    assert problem in problems.items[0], problems.items
+
+
+def test_an_object_lists_entries_keep_the_extension_keys_and_warn_of_others() -> None:
+    problems = Problems()
+    raw = "- {objectName: a, optional: true, colour: red}"
+    specs = parse_objects(raw, FORM, entry, ParseContext(), problems)
+    assert [s.name for s in specs] == ["a"] and problems.items == []
+    assert problems.warnings == [
+        "objects[0].colour is not a parameter of a test object (objectName 'a') and is "
+        "ignored, as upstream ignores it; the nearest known key is 'decode'"
+    ]
