@@ -10,12 +10,13 @@ octal filePermission, no '../' in file names. Each problem is reported with its 
 from __future__ import annotations
 
 import re
+from collections.abc import Mapping
 from typing import Any
 
 from backends.aws.refs import AwsRef, AwsStore, Ref, Service, Target
 from provider.core.model import ObjectSpec, Transforms
 from provider.core.parsing import (
-    TRANSFORM_KEYS,
+    ObjectList,
     Problems,
     check_jmespath,
     expect_list,
@@ -26,22 +27,28 @@ from provider.core.parsing import (
     unknown_keys,
 )
 
-OBJECT_KEYS = (
-    frozenset(
-        {
-            "objectName",
-            "objectType",
-            "objectAlias",
-            "objectVersion",
-            "objectVersionLabel",
-            "filePermission",
-            "jmesPath",
-            "failoverObject",
-        }
-    )
-    | TRANSFORM_KEYS
+OBJECT_KEYS = frozenset(
+    {
+        "objectName",
+        "objectType",
+        "objectAlias",
+        "objectVersion",
+        "objectVersionLabel",
+        "filePermission",
+        "jmesPath",
+        "failoverObject",
+    }
 )
 REFUSED_OBJECT_KEYS = {"objectTemplate": "use the top-level 'templates' parameter instead"}
+#: The `objects` list; upstream decodes it through encoding/json: keys match ignoring case.
+OBJECTS = ObjectList(
+    "an AWS object",
+    OBJECT_KEYS,
+    "objects is required: a YAML list of {objectName, objectType, ...}",
+    unique="file name",
+    refused=REFUSED_OBJECT_KEYS,
+    fold=True,
+)
 JMES_KEYS = frozenset({"path", "objectAlias", "filePermission"})
 FAILOVER_KEYS = frozenset({"objectName", "objectVersion", "objectVersionLabel"})
 
@@ -53,16 +60,9 @@ _BAD_PATH = re.compile(r"(/\.\./)|(^\.\./)|(/\.\.$)")
 
 
 def parse_object(
-    entry: Any, where: str, store: AwsStore, translate: str | None, problems: Problems
+    obj: Mapping[str, Any], where: str, store: AwsStore, translate: str | None, problems: Problems
 ) -> list[ObjectSpec[Ref]]:
-    obj = expect_map(entry, where, problems)
-    if obj is None:
-        return []
-    # Upstream decodes through encoding/json: keys match their fields ignoring case.
-    obj = fold_keys(obj, OBJECT_KEYS | frozenset(REFUSED_OBJECT_KEYS), where, problems)
-    unknown_keys(
-        obj, OBJECT_KEYS, where, "an AWS object", problems, REFUSED_OBJECT_KEYS, upstream=True
-    )
+    """One entry of `objects` (a map of known keys: parse_objects checked them)."""
     name = expect_str(obj.get("objectName"), f"{where}.objectName", problems, required=True)
     kind = expect_str(obj.get("objectType"), f"{where}.objectType", problems)
     alias = expect_str(obj.get("objectAlias"), f"{where}.objectAlias", problems)

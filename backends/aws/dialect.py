@@ -32,20 +32,17 @@ backends/aws/roles.py, the `select` entries in backends/aws/selectors.py.
 
 from __future__ import annotations
 
+import functools
 import re
 from collections.abc import Mapping
-from typing import Any
 
-import yaml
-
-from backends.aws.descriptors import parse_object
+from backends.aws.descriptors import OBJECTS, parse_object
 from backends.aws.options import Options
 from backends.aws.refs import AwsRef, AwsSelection, AwsStore, Ref, Target
 from backends.aws.roles import ASSUME_KEYS, ROLE_ARN, parse_assume_role
 from backends.aws.selectors import SELECT_KEYS, selection
-from provider.core.boundedyaml import load_yaml
-from provider.core.model import ObjectSpec, ParseContext, StorePlan
-from provider.core.parsing import Problems, expect_list, go_bool, plain_secrets, unique_names
+from provider.core.model import ParseContext, StorePlan
+from provider.core.parsing import Problems, go_bool, parse_objects, plain_secrets
 
 __all__ = [
     "KEYS",
@@ -88,15 +85,9 @@ def parse(params: Mapping[str, str], ctx: ParseContext[Options]) -> StorePlan[Aw
             problems.add(f"{key} is not supported by secrets-bridge; {hint}")
     store = _parse_store(params, ctx, problems)
     translate = _parse_translation(params.get("pathTranslation", ""), problems)
-    raw = params.get("objects", "")
     # A class may take all its files from `select` (backends/aws/selectors.py).
-    if not raw.strip() and not ctx.selects:
-        problems.fail("objects is required: a YAML list of {objectName, objectType, ...}")
-    entries = expect_list(load_yaml(raw, "objects"), "objects", problems) if raw.strip() else []
-    specs: list[ObjectSpec[Ref]] = []
-    for i, entry in enumerate(entries):
-        specs.extend(parse_object(entry, f"objects[{i}]", store, translate, problems))
-    unique_names([(s.name, s.field) for s in specs], "file name", problems)
+    entry = functools.partial(parse_object, store=store, translate=translate, problems=problems)
+    specs = parse_objects(params.get("objects", ""), OBJECTS, entry, ctx, problems)
     problems.raise_if_any()
     return StorePlan("aws", store, tuple(specs), tuple(problems.warnings))
 
@@ -168,7 +159,5 @@ def audiences(store: AwsStore) -> tuple[str, ...]:
 lifetime = plain_secrets
 
 
-def listed(items: list[dict[str, Any]]) -> dict[str, str]:
-    """Object entries of a class of several stores (provider/mount/stores.py) as the parameter
-    `parse` reads them: its `objects` list."""
-    return {"objects": yaml.safe_dump(items, sort_keys=False)}
+#: The object entries of a class of several stores, as this dialect's `objects`.
+listed = OBJECTS.listed

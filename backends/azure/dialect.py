@@ -39,7 +39,7 @@ from backends.azure.objects import AzureRef, parse_objects
 from backends.azure.options import Options
 from backends.azure.selectors import AzureSelection
 from provider.core.model import ObjectSpec, ParseContext, StorePlan
-from provider.core.parsing import Problems, go_bool, plain_secrets, unique_names
+from provider.core.parsing import Problems, go_bool, plain_secrets
 
 KEYS = frozenset(
     {
@@ -121,11 +121,7 @@ class AzureStore:
 def parse(params: Mapping[str, str], ctx: ParseContext[Options]) -> StorePlan[AzureStore, Ref]:
     problems = Problems(strict=ctx.strict)
     store = _parse_store(params, problems)
-    required = not ctx.selects
-    specs = parse_objects(params.get("objects", ""), ctx, problems, required=required)
-    unique_names(
-        [(s.name, s.field) for s in specs], "file name (objectAlias or objectName)", problems
-    )
+    specs = parse_objects(params.get("objects", ""), ctx, problems)
     problems.raise_if_any()
     assert store is not None
     # ObjectSpec is invariant in its ref: the objects' AzureRefs as the class's Ref.

@@ -9,6 +9,7 @@ instead, decoding the extracted bytes after any extraction (docs/compatibility.m
 
 from __future__ import annotations
 
+import functools
 import re
 from collections.abc import Mapping
 from dataclasses import dataclass, replace
@@ -17,16 +18,18 @@ from typing import Any, Literal
 from provider.core.boundedyaml import load_yaml
 from provider.core.model import ObjectSpec, ParseContext, Transforms, hashed_once
 from provider.core.parsing import (
-    TRANSFORM_KEYS,
+    ObjectList,
     Problems,
-    expect_list,
     expect_str,
+    object_entries,
     parse_mode,
     parse_transforms,
-    unknown_keys,
 )
 
-OBJECT_KEYS = (
+#: The entries of `objects.array`; upstream object keys of other provider versions that we do
+#: not implement are refused by name.
+OBJECTS = ObjectList(
+    "an Azure Key Vault object",
     frozenset(
         {
             "objectName",
@@ -38,13 +41,13 @@ OBJECT_KEYS = (
             "objectEncoding",
             "filePermission",
         }
-    )
-    | TRANSFORM_KEYS
+    ),
+    refused={
+        "objectNotAfter": "selecting a version by expiry is not supported; use objectVersion",
+    },
+    unique="file name (objectAlias or objectName)",
+    empty="objects.array is empty: list at least one object",
 )
-#: Upstream object keys of other provider versions that we do not implement: refused by name.
-UNSUPPORTED_OBJECT_KEYS = {
-    "objectNotAfter": "selecting a version by expiry is not supported; use objectVersion",
-}
 
 ObjectType = Literal["secret", "key", "cert"]
 
@@ -79,11 +82,11 @@ class AzureRef:
 
 
 def parse_objects(
-    raw: str, ctx: ParseContext[Any], problems: Problems, *, required: bool = True
+    raw: str, ctx: ParseContext[Any], problems: Problems
 ) -> list[ObjectSpec[AzureRef]]:
-    """The class's objects; none at all only when not `required` (a class with `select`)."""
+    """The class's objects; none at all only when the class selects (`select`)."""
     if not raw.strip():
-        if required:
+        if not ctx.selects:
             problems.add(
                 "objects is required: a YAML map with `array:`, a list of object strings "
                 "(or `select`, selectors of secrets by name prefix and tags)"
@@ -93,21 +96,8 @@ def parse_objects(
     if not isinstance(doc, dict) or "array" not in doc:
         problems.add("objects: expected a YAML map with an `array:` list of object strings")
         return []
-    entries = expect_list(doc["array"], "objects.array", problems)
-    if not entries and required:
-        problems.add("objects.array is empty: list at least one object")
-    if len(entries) > ctx.max_objects:
-        problems.add(
-            f"objects.array has {len(entries)} entries, over the limit of {ctx.max_objects} "
-            "(--max-objects)"
-        )
-        return []
-    specs = []
-    for i, entry in enumerate(entries):
-        spec = _parse_object(entry, f"objects.array[{i}]", problems)
-        if spec is not None:
-            specs.append(spec)
-    return specs
+    entry = functools.partial(_parse_object, problems=problems)
+    return object_entries(doc["array"], "objects.array", OBJECTS, entry, ctx, problems, _object_map)
 
 
 def _object_map(entry: Any, where: str, problems: Problems) -> Mapping[str, Any] | None:
@@ -117,23 +107,10 @@ def _object_map(entry: Any, where: str, problems: Problems) -> Mapping[str, Any]
         problems.add(f"{where}: expected a YAML string holding a map of object keys")
         return None
     # Upstream's formatKeyVaultObject trims every string field.
-    obj = {k: v.strip() if isinstance(v, str) else v for k, v in obj.items()}
-    unknown_keys(
-        obj,
-        OBJECT_KEYS,
-        where,
-        "an Azure Key Vault object",
-        problems,
-        UNSUPPORTED_OBJECT_KEYS,
-        upstream=True,
-    )
-    return obj
+    return {k: v.strip() if isinstance(v, str) else v for k, v in obj.items()}
 
 
-def _parse_object(entry: Any, where: str, problems: Problems) -> ObjectSpec[AzureRef] | None:
-    obj = _object_map(entry, where, problems)
-    if obj is None:
-        return None
+def _parse_object(obj: Mapping[str, Any], where: str, problems: Problems) -> ObjectSpec[AzureRef]:
     name = expect_str(obj.get("objectName"), f"{where}.objectName", problems, required=True)
     if name and not _OBJECT_NAME.match(name):
         problems.add(f"{where}.objectName {name!r}: Key Vault names are letters, digits and '-'")

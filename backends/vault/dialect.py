@@ -24,21 +24,20 @@ in the auth mount, which becomes the login path.
 
 from __future__ import annotations
 
+import functools
 import re
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-import yaml
-
 from backends.vault.methods import CLOUD_KEYS, AwsAuth, AzureAuth, GcpAuth, parse_method
-from backends.vault.objects import VaultRef, parse_objects
+from backends.vault.objects import OBJECTS, VaultRef, parse_object
 from backends.vault.options import Options
 from backends.vault.selectors import SELECT_KEYS as SELECT_KEYS
 from backends.vault.selectors import VaultSelection
 from backends.vault.selectors import selection as selection
-from provider.core.model import ObjectSpec, ParseContext, StorePlan
-from provider.core.parsing import BASE_URL_FORM, Problems, base_url_problem, go_bool
+from provider.core.model import ParseContext, StorePlan
+from provider.core.parsing import BASE_URL_FORM, Problems, base_url_problem, go_bool, parse_objects
 
 #: What a vault object or selector reads. (SELECT_KEYS and `selection`, re-exported above, are
 #: the selectors' keys and parser: backends/vault/selectors.py.)
@@ -161,13 +160,10 @@ def parse(params: Mapping[str, str], ctx: ParseContext[Options]) -> StorePlan[Va
             "(a client certificate needs its key)"
         )
     # A class that selects its secrets (`select`) may list none by name.
-    selects = ctx.selects
-    listed = (
-        parse_objects(values["objects"], ctx, problems) if values["objects"] or not selects else []
-    )
-    specs: tuple[ObjectSpec[Ref], ...] = tuple(listed)
+    entry = functools.partial(parse_object, problems=problems)
+    specs = parse_objects(values["objects"], OBJECTS, entry, ctx, problems)
     problems.raise_if_any()
-    return StorePlan("vault", store, specs, tuple(problems.warnings))
+    return StorePlan("vault", store, tuple(specs), tuple(problems.warnings))
 
 
 def _one_spelling(params: Mapping[str, str], name: str, problems: Problems) -> str:
@@ -248,7 +244,5 @@ def lifetime(ref: Ref) -> tuple[str, str] | None:
     return None
 
 
-def listed(items: list[dict[str, Any]]) -> dict[str, str]:
-    """Object entries of a class of several stores (provider/mount/stores.py) as the parameter
-    `parse` reads them: its `objects` list."""
-    return {"objects": yaml.safe_dump(items, sort_keys=False)}
+#: The object entries of a class of several stores, as this dialect's `objects`.
+listed = OBJECTS.listed

@@ -18,25 +18,21 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from provider.core.boundedyaml import load_yaml
-from provider.core.errors import InvalidParameters
-from provider.core.model import ObjectSpec, ParseContext, Transforms, hashed_once
+from provider.core.model import ObjectSpec, Transforms, hashed_once
 from provider.core.parsing import (
-    TRANSFORM_KEYS,
+    ObjectList,
     Problems,
-    expect_list,
     expect_map,
     expect_str,
     parse_mode,
     parse_transforms,
-    unique_names,
-    unknown_keys,
 )
 
 if TYPE_CHECKING:
     from backends.vault.selectors import VaultSelection
 
-OBJECT_KEYS = (
+OBJECTS = ObjectList(
+    "a vault object",
     frozenset(
         {
             "objectName",
@@ -47,8 +43,8 @@ OBJECT_KEYS = (
             "encoding",
             "filePermission",
         }
-    )
-    | TRANSFORM_KEYS
+    ),
+    "objects is required: a YAML list of {objectName, secretPath, ...}",
 )
 METHODS = ("GET", "PUT", "POST")
 
@@ -69,36 +65,10 @@ class VaultRef:
         return f"{self.method} {self.path}{query}"
 
 
-def parse_objects(
-    raw: str, ctx: ParseContext[Any], problems: Problems
-) -> list[ObjectSpec[VaultRef | VaultSelection]]:
-    if not raw.strip():
-        problems.add("objects is required: a YAML list of {objectName, secretPath, ...}")
-        return []
-    try:
-        entries = expect_list(load_yaml(raw, "objects"), "objects", problems)
-    except InvalidParameters as exc:  # keep collecting the other parameters' problems
-        problems.items.extend(exc.problems)
-        return []
-    if len(entries) > ctx.max_objects:
-        problems.add(
-            f"objects: {len(entries)} objects is over the limit of {ctx.max_objects} "
-            "(--max-objects)"
-        )
-        return []
-    specs = [spec for i, e in enumerate(entries) if (spec := _parse_object(e, i, problems))]
-    unique_names([(s.name, s.field) for s in specs], "objectName", problems)
-    return specs
-
-
-def _parse_object(
-    entry: Any, i: int, problems: Problems
+def parse_object(
+    obj: Mapping[str, Any], where: str, problems: Problems
 ) -> ObjectSpec[VaultRef | VaultSelection] | None:
-    where = f"objects[{i}]"
-    obj = expect_map(entry, where, problems)
-    if obj is None:
-        return None
-    unknown_keys(obj, OBJECT_KEYS, where, "a vault object", problems, upstream=True)
+    """One entry of `objects` (a map of known keys: parse_objects checked them)."""
     name = expect_str(obj.get("objectName"), f"{where}.objectName", problems, required=True)
     ref = _parse_ref(obj, where, problems)
     key = expect_str(obj.get("secretKey"), f"{where}.secretKey", problems)

@@ -104,8 +104,8 @@ def _check_class(source: str, cls: spc.SecretProviderClass, limits: Limits) -> d
         warnings.extend(getattr(exc, "warnings", ()))
     else:
         warnings.extend(plan.warnings)
-        if any(s.plan.backend == "fake" for s in plan.stores):
-            warnings.append("backend 'fake' is accepted only with --enable-fake-backend")
+        flags = {(s.plan.backend, registry.enabled_by(s.plan.backend)) for s in plan.stores}
+        warnings.extend(f"backend {n!r} is accepted only with {f}" for n, f in sorted(flags) if f)
     return _report(source, cls, plan, problems, warnings)
 
 

@@ -369,7 +369,9 @@ def object_entries(
         problems.add(form.empty)
     if len(items) > ctx.max_objects:
         problems.add(
-            f"{where}: {len(items)} entries is over the limit of {ctx.max_objects} (--max-objects)"
+            f"{where}: {len(items)} entries is over the limit of {ctx.max_objects}; this "
+            f"provider allows at most {ctx.max_objects} (--max-objects) in a class: split it into "
+            "several SecretProviderClasses"
         )
         return []
     keys = form.keys | TRANSFORM_KEYS

@@ -16,8 +16,8 @@ from hypothesis import strategies as st
 
 from backends import registry
 from provider.core.errors import InvalidParameters
-from provider.mount.request import parse_request
 from provider.mount.planning import parse_plan
+from provider.mount.request import parse_request
 
 FUZZ = settings(
     max_examples=150,
@@ -45,7 +45,7 @@ def object_entries(backend: str) -> st.SearchStrategy[str]:
     """YAML lists of maps using the dialect's object keys (and a few strangers)."""
     module = registry.dialect_module(backend)
     keys = sorted(
-        getattr(module, "OBJECT_KEYS", frozenset())
+        getattr(getattr(module, "OBJECTS", None), "keys", frozenset())
         | {"extract", "explode", "decode", "file", "zzz"}
     )
     entry = st.dictionaries(st.sampled_from(keys), values, max_size=6)
@@ -124,6 +124,8 @@ def test_ten_thousand_objects_are_refused_quickly() -> None:
     start = time.monotonic()
     with pytest.raises(InvalidParameters):
         parse_plan(
-            {"backend": "fake", "objects": objects}, options_for=lambda _n: None, enable_test_stores=True
+            {"backend": "fake", "objects": objects},
+            options_for=lambda _n: None,
+            enable_test_stores=True,
         )
     assert time.monotonic() - start < 5
