@@ -10,10 +10,9 @@ store never downcasts what its own dialect produced.
 
 from __future__ import annotations
 
-import math
-
 import hashlib
 import json
+import math
 import sys
 from collections.abc import Callable, Hashable, Mapping, Sequence
 from dataclasses import dataclass, field

@@ -187,7 +187,9 @@ async def test_fake_backend_is_off_unless_enabled() -> None:
 
     with pytest.raises(InvalidParameters, match="--enable-fake-backend"):
         parse_plan(
-            {"backend": "fake", "objects": "[]"}, options_for=lambda _n: None, enable_test_stores=False
+            {"backend": "fake", "objects": "[]"},
+            options_for=lambda _n: None,
+            enable_test_stores=False,
         )
 
 

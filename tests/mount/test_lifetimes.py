@@ -176,7 +176,9 @@ async def test_the_table_is_bounded_in_bytes_by_namespace_share(tmp_path: Path) 
     )
     fetcher = Fetcher(cache_ttl=0, metrics=Metrics(), max_bytes=4 * one + 50)  # four of them
     plan = parse_plan(
-        {"backend": "fake", "objects": yaml.safe_dump(CREDS)}, options_for=None, enable_test_stores=True
+        {"backend": "fake", "objects": yaml.safe_dump(CREDS)},
+        options_for=None,
+        enable_test_stores=True,
     ).store
     refs = [spec.ref for spec in plan.objects]
 

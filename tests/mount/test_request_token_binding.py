@@ -14,6 +14,7 @@ from backends.vault.store import create
 from devkit.testing import make_env
 from devkit.tokens import SigningKey
 from provider.core.errors import InvalidParameters, PermissionDenied
+from provider.mount.mounting import MountInput
 from provider.mount.request import (
     POD_NAME,
     POD_NAMESPACE,
@@ -22,7 +23,6 @@ from provider.mount.request import (
     TOKENS,
     parse_request,
 )
-from provider.mount.mounting import MountInput
 from tests.backends.vault.conftest import plan_for
 
 KEY = SigningKey.generate()

@@ -65,7 +65,9 @@ def test_unknown_object_key_warns_as_upstream_drops_it(dialect: str) -> None:
 def test_strict_parameters_refuses_unknown_object_keys(dialect: str) -> None:
     params, fragment = TYPO_CLASSES[dialect]
     with pytest.raises(InvalidParameters) as err:
-        parse_plan({**params, "backend": dialect}, options_for=None, enable_test_stores=False, strict=True)
+        parse_plan(
+            {**params, "backend": dialect}, options_for=None, enable_test_stores=False, strict=True
+        )
     (problem,) = [p for p in err.value.problems if fragment in p]
     assert "--strict-parameters" in problem and NEAREST[dialect] in problem
 

@@ -20,7 +20,10 @@ def plan(*selectors: Any, objects: str = "") -> MountPlan:
     if objects:
         params["objects"] = objects
     return parse_plan(
-        params, options_for=lambda _n: Options(region=REGION), enable_test_stores=False, max_objects=7
+        params,
+        options_for=lambda _n: Options(region=REGION),
+        enable_test_stores=False,
+        max_objects=7,
     )
 
 

@@ -20,7 +20,9 @@ from tests.backends.azure.conftest import CLIENT, TENANT
 def plan(*selectors: Any, **extra: str) -> Any:
     params = {"backend": "azure", "keyvaultName": "kv1", "tenantID": TENANT, "clientID": CLIENT}
     params["select"] = yaml.safe_dump(list(selectors))
-    return parse_plan({**params, **extra}, options_for=None, enable_test_stores=False, max_objects=40)
+    return parse_plan(
+        {**params, **extra}, options_for=None, enable_test_stores=False, max_objects=40
+    )
 
 
 def test_a_class_with_select_and_no_objects_parses_to_a_selection_ref() -> None:
