@@ -39,22 +39,22 @@ class Memo(Generic[K, V]):
         old = self._entries.pop(key, None)
         if old is not None:
             self._size -= old[1]
-            if old[0] is not value:
-                self._dropped((old[0], 0))
+            if old[0] is not value and self._on_drop is not None:
+                self._on_drop(old[0])
         self._entries[key] = (value, size)
         self._size += size
         while len(self._entries) > self._max_entries or self._size > self._max_size:
-            self._dropped(self._entries.popitem(last=False)[1])
+            self._dropped(*self._entries.popitem(last=False)[1])
 
     def drop(self, key: K) -> None:
         held = self._entries.pop(key, None)
         if held is not None:
-            self._dropped(held)
+            self._dropped(*held)
 
-    def _dropped(self, held: tuple[V, int]) -> None:
-        self._size -= held[1]
+    def _dropped(self, value: V, size: int) -> None:
+        self._size -= size
         if self._on_drop is not None:
-            self._on_drop(held[0])
+            self._on_drop(value)
 
     def __len__(self) -> int:
         return len(self._entries)
