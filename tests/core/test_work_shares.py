@@ -52,3 +52,13 @@ async def test_a_tenants_jobs_run_one_at_a_time_and_are_forgotten() -> None:
     deadline = time.monotonic() + 5
     await asyncio.gather(*(shares.run(t, job, deadline, "x") for t in ("a", "a", "b", "c")))
     assert not shares._tenants
+
+
+async def test_a_share_counts_the_work_done_not_the_time_spent_waiting() -> None:
+    """A job's share is its thread's CPU: time it spends waiting (for the GIL while the loop
+    serves everyone else, here a sleep) is not the tenant's work."""
+    shares = WorkShares(share=0.1, window=1.0)
+    await shares.run("a", lambda: time.sleep(0.3), time.monotonic() + 5, "class 'x'")
+    started = time.monotonic()
+    await shares.run("a", lambda: busy(0.01), time.monotonic() + 0.5, "class 'y'")
+    assert time.monotonic() - started < 0.2

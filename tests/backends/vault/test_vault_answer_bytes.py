@@ -5,7 +5,6 @@ peak RSS stays far under the DaemonSet's 256 MiB and another namespace's mounts 
 
 from __future__ import annotations
 
-import asyncio
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -15,7 +14,6 @@ from devkit import bigvalues
 from devkit.openbao import OpenBao
 from devkit.served_process import ProviderProcess, provider_process
 from devkit.tokens import SigningKey
-from provider.core.limits import PARSE_WINDOW
 
 #: Latency under load: run alone after the parallel run (Makefile, `make test`).
 pytestmark = pytest.mark.serial
@@ -81,10 +79,6 @@ async def test_extracting_from_a_secret_of_many_keys_does_not_stall_other_namesp
 ) -> None:
     # Building the file parses the 3.7 MB answer again (secretKey): off the loop too, in the
     # namespace's share (provider/mount/mounting.py, `_parses_much`).
-    # The tests before this one spent the attacker namespace's share (PARSE_SHARE per
-    # PARSE_WINDOW) in the same provider; on a slow machine it was still owed when this attack
-    # began, and every build was refused. Wait for it to be whole: the first build is this test's.
-    await asyncio.sleep(PARSE_WINDOW)
     attacker = bigvalues.many_values_extracted(bao.addr)
     victim = bigvalues.victim(bao.addr)
     got = await bigvalues.attack(served.socket, signing_key, attacker, victim, tmp_path, seconds=8)
