@@ -347,8 +347,10 @@ class Mounter:
         scope = request.pod.namespace
         entries = self._entries(plan, got, reads)
         key = None if entries is None else _answer_key(plan, entries, request.permission, scope)
+        # A kept answer holds its plan, so the plan's id in its key names no other plan; and the
+        # memo holds no dropped answer (Memo hands each to Answer.drop as it lets it go).
         answer = None if key is None else self._answers.get(key)
-        if answer is None or answer.plan is not plan or answer.result is None:
+        if answer is None:
             deadline = now + (DEFAULT_DEADLINE if budget is None else budget)
             result = await self._build(plan, got, request.permission, request.pod, deadline)
             answer = self._keep(key, plan, entries, result)
