@@ -229,8 +229,7 @@ class AuditSource:
         assert task is not None
         if len(self._connections) >= MAX_CONNECTIONS:
             # The newcomer is most likely Vault dialling again after its old connection died.
-            oldest = next(iter(self._connections.values()))
-            oldest.close()
+            self._connections.pop(next(iter(self._connections))).close()
             self.counts.evicted += 1
         self._connections[task] = writer
         lines = Lines(self._max_line)
