@@ -379,3 +379,42 @@ async def test_the_canary_is_down_when_its_read_does_not_come_back(
         assert ROOT_TOKEN not in feed.downs[0]
     finally:
         await stopped(source, task)
+
+
+async def test_a_backlog_past_its_bound_drops_and_reports_down(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setattr(changes, "MAX_PENDING", 4)
+    released = asyncio.Event()
+
+    class StuckFeed(RecordingFeed):
+        publishing = False
+
+        async def publish(self, batch: Sequence[Change]) -> None:
+            self.publishing = True
+            await released.wait()
+            await super().publish(batch)
+
+    source = AuditSource(listen=("127.0.0.1", 0), addresses=["http://vault:8200"])
+    feed = StuckFeed()
+    task = await running(source, feed)
+    try:
+        _, writer = await asyncio.open_connection(*await source.start())
+        for n in range(10):
+            entry = {
+                "type": "response",
+                "request": {"operation": "create", "mount_type": "kv", "path": f"kv/{n}"},
+            }
+            writer.write(json.dumps(entry).encode() + b"\n")
+            if n == 0:
+                await until(lambda: feed.publishing, "the first publish")
+        await writer.drain()
+        # One batch is out to the stuck publish, four wait, the rest are dropped.
+        await until(lambda: source.counts.dropped == 5, "drops")
+        assert len(feed.downs) == 1 and "dropped" in feed.downs[0]
+        ups = feed.ups
+        released.set()
+        await until(lambda: len(feed.changes) == 5 and feed.ups > ups, "the backlog published")
+        writer.close()
+    finally:
+        await stopped(source, task)
