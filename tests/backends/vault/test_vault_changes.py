@@ -418,3 +418,18 @@ async def test_a_backlog_past_its_bound_drops_and_reports_down(
         writer.close()
     finally:
         await stopped(source, task)
+
+
+def test_create_reads_the_watchers_settings() -> None:
+    plain = changes.create(listen=":8201", addresses=["https://vault:8200/", "https://v:8200"])
+    assert (plain._listen, plain._canary) == ((None, 8201), None)
+    assert (plain.scope, plain.scopes) == (
+        "https://vault:8200",
+        frozenset({"https://vault:8200", "https://v:8200"}),
+    )
+    assert (plain.store, plain.name, plain.pulled) == ("vault", "vault", False)
+    canary = changes.create(
+        listen="[::1]:8201", addresses=["https://vault:8200"], token_file="/t", canary_interval=5
+    )
+    assert canary._listen == ("::1", 8201)
+    assert canary._canary == Canary("https://vault:8200", "/t", interval=5)
