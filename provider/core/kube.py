@@ -149,7 +149,8 @@ class KubeClient:
 
     async def get(self, path: str) -> Object | None:
         """The object at `path`, or None if there is none."""
-        return _object(await self._call("GET", path, f"reading {path}", absent=frozenset({404})))
+        answer = await self._call("GET", path, f"reading {path}", absent=frozenset({404}))
+        return None if answer is None else _object(answer)
 
     async def create(self, collection: str, body: Mapping[str, Any]) -> Object:
         """The object created in `collection`; Conflict if one of its name exists already."""
@@ -298,7 +299,7 @@ async def _lines(content: aiohttp.StreamReader, limit: int) -> AsyncIterator[byt
     buffer = bytearray()
     async for chunk in content.iter_any():
         buffer += chunk
-        while (end := buffer.find(b"\n")) >= 0:
+        while (end := buffer.find(b"\n", 0, limit + 1)) >= 0:
             line = bytes(buffer[:end])
             del buffer[: end + 1]
             if line.strip():
