@@ -33,6 +33,7 @@ from backends.gcp.options import DEFAULT_GKE_PROVIDER, Options
 from backends.gcp.selection import SELECT_KEYS as SELECT_KEYS
 from backends.gcp.selection import GcpSelection
 from backends.gcp.selection import selection as selection
+from provider.core.changes import Subject
 from provider.core.model import ObjectSpec, ParseContext, StorePlan, Transforms, hashed_once
 from provider.core.parsing import (
     ObjectList,
@@ -256,6 +257,40 @@ def audiences(store: GcpStore) -> tuple[str, ...]:
     if store.auth != "pod-adc":
         return ()
     return (store.audience.token if store.audience else "<PROJECT>.svc.id.goog",)
+
+
+# A secret or one of its versions, as Secret Manager's Pub/Sub notifications name them
+# (`secretId`, `versionId`) and as classes write them.
+_SECRET = re.compile(
+    rf"projects/(?P<project>{_ID})/(?:locations/(?P<location>{_LOCATION})/)?"
+    rf"secrets/(?P<secret>{_ID})(?:/versions/{_ID})?"
+)
+
+
+def secret_subject(resource: str) -> tuple[str, str] | None:
+    """(project, name) of a secret or secret version resource name in the change feed
+    (backends/gcp/changes.py names a notification's `secretId` by it, `subject` a ref): the
+    name is the secret without its project and version, `secrets/<id>` or
+    `locations/<l>/secrets/<id>`. Notifications name the project by number where classes
+    usually write its id, so the project is the record's scope, used for coverage only; a
+    secret of the same id in another project is over-matched, which costs a read. Every
+    version shares its secret's name: adding one changes `latest`, disabling one a pinned ref."""
+    match = _SECRET.fullmatch(resource)
+    if match is None:
+        return None
+    location = f"locations/{match['location']}/" if match["location"] else ""
+    return match["project"], f"{location}secrets/{match['secret']}"
+
+
+def subject(store: GcpStore, ref: Ref) -> Subject | None:
+    """What a ref answers to in the feed: its secret, every secret a selection's name prefix
+    starts (labels only narrow it further). Parameter Manager sends no notifications, and a
+    rendered parameter depends on the secrets it references, so parameters are in no feed."""
+    if isinstance(ref, GcpSelection):
+        location = f"locations/{ref.location}/" if ref.location else ""
+        return Subject.of(ref.project, f"{location}secrets/{ref.prefix}", prefix=True)
+    found = secret_subject(ref.name) if ref.kind == "secret" else None
+    return Subject.of(*found) if found else None
 
 
 #: Its answers are plain secrets: no lease, no certificate issued per read (`check`).
