@@ -344,6 +344,16 @@ async def serving(**options: Any) -> AsyncIterator[tuple[KubeApi, KubeClient]]:
         await api.close()
 
 
+async def eventually(check: Callable[[], object], seconds: float = 3.0) -> None:
+    """Return once `check()` is true; AssertionError after `seconds`."""
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + seconds
+    while not check():
+        if loop.time() > deadline:
+            raise AssertionError(f"not true within {seconds} s")
+        await asyncio.sleep(0.01)
+
+
 def _offer(watcher: _Watcher, event: _Event | None) -> None:
     """Queue an event; a watcher too far behind is broken, as the real server drops it."""
     try:
