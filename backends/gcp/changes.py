@@ -34,11 +34,11 @@ import asyncio
 import logging
 import re
 import time
-from collections.abc import Iterable, Sequence
+from collections.abc import Awaitable, Callable, Iterable, Sequence
 from dataclasses import dataclass
-from typing import Any
 
 import google.auth
+import google.auth.exceptions
 import grpc
 from google.api_core import exceptions, grpc_helpers_async
 from google.auth.credentials import Credentials
@@ -134,7 +134,7 @@ class SubscriptionSource:
         *,
         subscription: str,
         projects: Iterable[str],
-        connect: Any,
+        connect: Callable[[], Awaitable[grpc.aio.Channel]],
         name: str = "gcp",
         batch: int = MAX_BATCH,
         timeout: float = PULL_TIMEOUT,
@@ -158,18 +158,17 @@ class SubscriptionSource:
         self._timeout = timeout
         self._backoff = backoff
         self._channel: grpc.aio.Channel | None = None
-        self._client: SubscriberAsyncClient | None = None
         self._logged_at = -LOG_EVERY
         self._logged_skips = 0
 
     async def run(self, feed: Feed) -> None:
-        if self._channel is None:
-            self._channel = await self._connect()
-        transport = SubscriberGrpcAsyncIOTransport(channel=self._channel)
-        self._client = SubscriberAsyncClient(transport=transport)
+        client = None
         failures = 0
         while True:
-            problem = await self._pull_once(self._client, feed)
+            if client is None:
+                client, problem = await self._client()
+            if client is not None:
+                problem = await self._pull_once(client, feed)
             if problem is None:
                 failures = 0
                 continue
@@ -181,7 +180,16 @@ class SubscriptionSource:
     async def close(self) -> None:
         if self._channel is not None:
             await self._channel.close()
-            self._channel = self._client = None
+            self._channel = None
+
+    async def _client(self) -> tuple[SubscriberAsyncClient | None, str | None]:
+        """The client on a new channel, or why there is none (no credentials found)."""
+        try:
+            self._channel = await self._connect()
+        except google.auth.exceptions.GoogleAuthError as exc:
+            return None, f"no Google credentials ({type(exc).__name__})"
+        transport = SubscriberGrpcAsyncIOTransport(channel=self._channel)
+        return SubscriberAsyncClient(transport=transport), None
 
     async def _pull_once(self, client: SubscriberAsyncClient, feed: Feed) -> str | None:
         """One Pull and what follows it; the reason it failed, or None."""
@@ -197,11 +205,11 @@ class SubscriptionSource:
             if self._connected():
                 feed.up()  # held with nothing to deliver
                 return None
-            return _REASONS[grpc.StatusCode.DEADLINE_EXCEEDED]
+            return _reason(grpc.StatusCode.DEADLINE_EXCEEDED)
         except exceptions.GoogleAPICallError as exc:
             if exc.grpc_status_code is grpc.StatusCode.RESOURCE_EXHAUSTED:
                 self._size = max(1, self._size // 2)
-            return _reason(exc)
+            return _reason(exc.grpc_status_code)
         feed.up()
         self._size = min(self._batch, asked * 2)
         # Pub/Sub answers at most what was asked; a list first, since a slice of the repeated
@@ -252,7 +260,7 @@ class SubscriptionSource:
                 timeout=ACK_TIMEOUT,
             )
         except exceptions.GoogleAPICallError as exc:
-            return f"acknowledging: {_reason(exc)} (the batch is delivered again)"
+            return f"acknowledging: {_reason(exc.grpc_status_code)} (the batch is delivered again)"
         self.counts.acked += len(ack_ids)
         return None
 
@@ -272,11 +280,10 @@ class SubscriptionSource:
             self._logged_at, self._logged_skips = now, self.counts.skipped
 
 
-def _reason(exc: exceptions.GoogleAPICallError) -> str:
+def _reason(code: grpc.StatusCode | None) -> str:
     """The status and what it means; Google's own text stays out of the health document."""
-    code = exc.grpc_status_code
     if code is None:
-        return type(exc).__name__
+        return "refused"
     return f"{code.name}: {_REASONS.get(code, 'refused')}"
 
 
@@ -289,12 +296,17 @@ def create(
     ca_file: str = "",
     local_channel: bool = False,
     credentials: Credentials | None = None,
+    batch: int = MAX_BATCH,
+    pull_timeout: float = PULL_TIMEOUT,
+    backoff: tuple[float, float] = (1.0, 60.0),
 ) -> SubscriptionSource:
     """The watcher's Google source. `subscription`: `projects/<p>/subscriptions/<s>` of the
     topic the secrets notify; `projects`: the ids and numbers of the projects whose secrets
     notify it (the source's scopes); `endpoint`: Pub/Sub's host:port, trusting `ca_file` (PEM;
     default the system's roots); `local_channel` (tests only): gRPC local credentials instead of
-    TLS; `credentials`: default google-auth's (the watcher's workload identity)."""
+    TLS; `credentials`: default google-auth's (the watcher's workload identity); `batch`:
+    messages per Pull; `pull_timeout`: seconds a Pull may be held; `backoff`: the first and the
+    longest wait after a failed Pull."""
 
     async def connect() -> grpc.aio.Channel:
         creds = credentials
@@ -320,7 +332,13 @@ def create(
         return channel
 
     return SubscriptionSource(
-        subscription=subscription, projects=projects, connect=connect, name=name
+        subscription=subscription,
+        projects=projects,
+        connect=connect,
+        name=name,
+        batch=batch,
+        timeout=pull_timeout,
+        backoff=backoff,
     )
 
 

@@ -17,9 +17,13 @@ import grpc
 import pytest
 from google.api_core import exceptions, grpc_helpers_async
 from google.auth.credentials import AnonymousCredentials
+from google.auth.exceptions import DefaultCredentialsError
 from google.oauth2.credentials import Credentials
 from google.pubsub_v1.services.publisher import PublisherAsyncClient
 from google.pubsub_v1.services.publisher.transports import PublisherGrpcAsyncIOTransport
+from google.pubsub_v1.services.subscriber import SubscriberAsyncClient
+from google.pubsub_v1.services.subscriber.transports import SubscriberGrpcAsyncIOTransport
+from google.pubsub_v1.types import pubsub
 
 from backends.gcp import changes
 from backends.gcp.changes import SubscriptionSource, change_of
@@ -83,18 +87,17 @@ class Rig:
 
 
 def _source(port: int, credentials: object = None, **kw: object) -> SubscriptionSource:
-    source = changes.create(
-        subscription=kw.pop("subscription", SUBSCRIPTION),  # type: ignore[arg-type]
+    return changes.create(
+        subscription=str(kw.pop("subscription", SUBSCRIPTION)),
         projects=[PROJECT_ID, PROJECT_NUMBER],
         endpoint=f"127.0.0.1:{port}",
         local_channel=True,
         credentials=credentials or Credentials(token=TOKEN),  # type: ignore[arg-type]
+        # An idle pull is held this long (Pub/Sub holds it until the deadline).
+        pull_timeout=0.5,
+        backoff=(0.05, 0.2),
+        **kw,  # type: ignore[arg-type]
     )
-    source._timeout = 0.5  # an idle pull is held this long (Pub/Sub holds it to the deadline)
-    source._backoff = (0.05, 0.2)
-    for key, value in kw.items():
-        setattr(source, key, value)
-    return source
 
 
 @pytest.fixture
@@ -162,8 +165,6 @@ async def test_notifications_published_then_pulled_become_changes(rig: Rig) -> N
     ],
 )
 def test_each_event_type_names_its_secret(event: str) -> None:
-    from google.pubsub_v1.types import pubsub
-
     message = pubsub.PubsubMessage(
         attributes={
             "eventType": event,
@@ -264,7 +265,7 @@ async def test_bad_messages_are_acknowledged_even_when_publish_is_refused(rig: R
     rig.feed.refuse = 1
     rig.fake.publish(TOPIC, b"junk")
     rig.notify("SECRET_VERSION_ADD", secret("db"), "1")
-    rig.source._batch = rig.source._size = 2
+    rig.source = _source(rig.port, batch=2)
     rig.start()
     await until(lambda: rig.source.counts.publish_failures == 1)
     await until(lambda: rig.fake.counts.acked == 1)
@@ -274,7 +275,7 @@ async def test_bad_messages_are_acknowledged_even_when_publish_is_refused(rig: R
 async def test_a_flood_is_pulled_in_bounded_batches(rig: Rig) -> None:
     for n in range(1000):
         rig.notify("SECRET_VERSION_ADD", secret(f"s{n}"), "1")
-    rig.source._batch = rig.source._size = 50
+    rig.source = _source(rig.port, batch=50)
     rig.start()
     await until(lambda: rig.fake.outstanding(SUBSCRIPTION) == 0, timeout=15)
     assert max(len(b) for b in rig.feed.batches) == 50
@@ -292,7 +293,7 @@ async def test_a_large_message_halves_the_batch_until_it_fits(
     for _ in range(4):
         rig.fake.publish(TOPIC, b"x" * (3 * 1024 * 1024), eventType="SECRET_DELETE")
     rig.notify("SECRET_VERSION_ADD", secret("db"), "1")
-    rig.source._batch = rig.source._size = 4
+    rig.source = _source(rig.port, batch=4)
     rig.start()
     for _ in range(40):
         if rig.fake.outstanding(SUBSCRIPTION) == 0:
@@ -324,41 +325,29 @@ async def test_a_stopped_pubsub_is_down_and_a_paused_one_comes_back(rig: Rig) ->
 
 
 async def test_a_missing_subscription_is_down_not_found(rig: Rig) -> None:
-    source = _source(rig.port, subscription="projects/watch-proj/subscriptions/nope")
-    task = asyncio.create_task(source.run(rig.feed))
-    try:
-        await until(lambda: rig.feed.downs)
-    finally:
-        task.cancel()
-        with contextlib.suppress(asyncio.CancelledError):
-            await task
-        await source.close()
+    rig.source = _source(rig.port, subscription="projects/watch-proj/subscriptions/nope")
+    rig.start()
+    await until(lambda: rig.feed.downs)
     assert "NOT_FOUND" in rig.feed.downs[0] and not rig.feed.ups
 
 
 async def test_calls_without_a_token_are_unauthenticated(rig: Rig) -> None:
-    source = _source(rig.port, AnonymousCredentials())
-    task = asyncio.create_task(source.run(rig.feed))
-    try:
-        await until(lambda: rig.feed.downs)
-    finally:
-        task.cancel()
-        with contextlib.suppress(asyncio.CancelledError):
-            await task
-        await source.close()
-    assert "UNAUTHENTICATED" in rig.feed.downs[0] and rig.fake.callers == [""] * len(
-        rig.fake.callers
-    )
+    rig.source = _source(rig.port, AnonymousCredentials())
+    rig.start()
+    await until(lambda: rig.feed.downs)
+    assert "UNAUTHENTICATED" in rig.feed.downs[0] and set(rig.fake.callers) == {""}
 
 
 async def test_the_fake_checks_what_pubsub_checks(rig: Rig) -> None:
-    """Publish through the real publisher client; Pull's and ModifyAckDeadline's bounds."""
+    """Publish through the real publisher client; Pull's and ModifyAckDeadline's bounds, and a
+    nack's redelivery, through the real subscriber client."""
     channel = grpc_helpers_async.create_channel(
         f"127.0.0.1:{rig.port}",
         credentials=Credentials(token=TOKEN),
         ssl_credentials=grpc.local_channel_credentials(grpc.LocalConnectionType.LOCAL_TCP),
     )
     publisher = PublisherAsyncClient(transport=PublisherGrpcAsyncIOTransport(channel=channel))
+    client = SubscriberAsyncClient(transport=SubscriberGrpcAsyncIOTransport(channel=channel))
     try:
         answer = await publisher.publish(
             topic=TOPIC, messages=[{"attributes": {"eventType": "SECRET_DELETE"}}]
@@ -366,33 +355,41 @@ async def test_the_fake_checks_what_pubsub_checks(rig: Rig) -> None:
         assert answer.message_ids and rig.fake.outstanding(SUBSCRIPTION) == 1
         with pytest.raises(exceptions.NotFound):
             await publisher.publish(topic=TOPIC + "x", messages=[{"data": b"x"}], retry=None)
+        with pytest.raises(exceptions.InvalidArgument):
+            await client.pull(subscription=SUBSCRIPTION, max_messages=0, retry=None)
+        pulled = await client.pull(subscription=SUBSCRIPTION, max_messages=5, retry=None)
+        (received,) = pulled.received_messages
+        assert received.delivery_attempt == 1
+        with pytest.raises(exceptions.InvalidArgument):
+            await client.modify_ack_deadline(
+                subscription=SUBSCRIPTION, ack_ids=[received.ack_id], ack_deadline_seconds=601
+            )
+        # A nack (deadline 0) delivers it again at once, one attempt later.
+        await client.modify_ack_deadline(
+            subscription=SUBSCRIPTION, ack_ids=[received.ack_id], ack_deadline_seconds=0
+        )
+        again = await client.pull(subscription=SUBSCRIPTION, max_messages=5, retry=None)
+        assert again.received_messages[0].delivery_attempt == 2
     finally:
         await channel.close()
-    source = rig.source
-    source._channel = await source._connect()
-    from google.pubsub_v1.services.subscriber import SubscriberAsyncClient
-    from google.pubsub_v1.services.subscriber.transports import SubscriberGrpcAsyncIOTransport
-
-    client = SubscriberAsyncClient(
-        transport=SubscriberGrpcAsyncIOTransport(channel=source._channel)
-    )
-    with pytest.raises(exceptions.InvalidArgument):
-        await client.pull(subscription=SUBSCRIPTION, max_messages=0, retry=None)
-    pulled = await client.pull(subscription=SUBSCRIPTION, max_messages=5, retry=None, timeout=2)
-    (received,) = pulled.received_messages
-    assert received.delivery_attempt == 1
-    with pytest.raises(exceptions.InvalidArgument):
-        await client.modify_ack_deadline(
-            subscription=SUBSCRIPTION, ack_ids=[received.ack_id], ack_deadline_seconds=601
-        )
-    # A nack (deadline 0) delivers it again at once, one attempt later.
-    await client.modify_ack_deadline(
-        subscription=SUBSCRIPTION, ack_ids=[received.ack_id], ack_deadline_seconds=0
-    )
-    again = await client.pull(subscription=SUBSCRIPTION, max_messages=5, retry=None, timeout=2)
-    assert again.received_messages[0].delivery_attempt == 2
     with pytest.raises(ValueError):
         rig.fake.add_subscription("projects/p/subscriptions/fast", TOPIC, ack_deadline=5)
+
+
+async def test_no_credentials_is_down_and_tried_again() -> None:
+    async def connect() -> grpc.aio.Channel:
+        raise DefaultCredentialsError("File /secret/path was not found.")
+
+    source = SubscriptionSource(
+        subscription=SUBSCRIPTION, projects=[PROJECT_ID], connect=connect, backoff=(0.01, 0.01)
+    )
+    feed = RecordingFeed()
+    task = asyncio.create_task(source.run(feed))
+    await until(lambda: len(feed.downs) >= 2)
+    task.cancel()
+    with contextlib.suppress(asyncio.CancelledError):
+        await task
+    assert feed.downs[0] == f"pull {SUBSCRIPTION}: no Google credentials (DefaultCredentialsError)"
 
 
 def test_create_refuses_a_name_that_is_no_subscription() -> None:
@@ -417,8 +414,6 @@ def test_create_refuses_a_name_that_is_no_subscription() -> None:
     ],
 )
 def test_subject_equals_the_name_of_the_matching_event(ref: GcpRef, event_secret: str) -> None:
-    from google.pubsub_v1.types import pubsub
-
     change = change_of(
         pubsub.PubsubMessage(
             attributes={"eventType": "SECRET_VERSION_ADD", "secretId": event_secret}
@@ -432,8 +427,6 @@ def test_subject_equals_the_name_of_the_matching_event(ref: GcpRef, event_secret
 
 
 def test_selection_subjects_are_prefixes_of_their_secrets_names() -> None:
-    from google.pubsub_v1.types import pubsub
-
     def named(resource: str) -> str:
         message = pubsub.PubsubMessage(
             attributes={"eventType": "SECRET_CREATE", "secretId": resource}
