@@ -90,6 +90,9 @@ class KubeApi:
         bookmark_interval: float = 60.0,
     ) -> None:
         self.token = token
+        #: The bearer tokens accepted (a test adds one per client, and takes one away to cut
+        #: a client off as a network partition would).
+        self.tokens = {token}
         self.bookmark_interval = bookmark_interval
         self.url = ""
         #: Requests served, by verb (get, list, watch, create, update, delete).
@@ -154,7 +157,8 @@ class KubeApi:
             if not self._hang:
                 return _status(503, "ServiceUnavailable", "the server is paused")
             await self._paused.wait()
-        if request.headers.get("Authorization") != f"Bearer {self.token}":
+        given = request.headers.get("Authorization", "")
+        if not given.startswith("Bearer ") or given.removeprefix("Bearer ") not in self.tokens:
             return _status(401, "Unauthorized", "Unauthorized")
         group = request.match_info.get("group")
         root = f"apis/{group}/{request.match_info['gv']}" if group else "api/v1"
