@@ -172,7 +172,7 @@ class SubscriptionSource:
             if problem is None:
                 failures = 0
                 continue
-            feed.down(f"pull {self.subscription}: {problem}")
+            feed.down(f"subscription {self.subscription}: {problem}")
             failures += 1
             low, high = self._backoff
             await asyncio.sleep(min(high, low * 2 ** min(failures - 1, 16)))

@@ -389,7 +389,10 @@ async def test_no_credentials_is_down_and_tried_again() -> None:
     task.cancel()
     with contextlib.suppress(asyncio.CancelledError):
         await task
-    assert feed.downs[0] == f"pull {SUBSCRIPTION}: no Google credentials (DefaultCredentialsError)"
+    assert (
+        feed.downs[0]
+        == f"subscription {SUBSCRIPTION}: no Google credentials (DefaultCredentialsError)"
+    )
 
 
 def test_create_refuses_a_name_that_is_no_subscription() -> None:
