@@ -55,7 +55,8 @@ FIXED_ARGS = [
     "--heartbeat=30",
     "--metrics-address=0.0.0.0:9102",
 ]
-NODE_ARGS = ["--change-feed", "--feed-window=3600", "--feed-stale-after=90"]
+#: The provider's defaults (3600 s window, 90 s staleness) add no flag, as every chart value.
+NODE_ARGS = ["--change-feed"]
 #: The watcher's checkov skips, each with its reason on the Deployment (as the provider's).
 WATCH_SKIPS = {"CKV_K8S_11", "CKV_K8S_15", "CKV_K8S_38", "CKV_K8S_43"}
 #: The kinds the component adds or changes, compared between the chart and kustomize.
@@ -391,17 +392,21 @@ def test_network_policy_admits_the_scrapers_and_the_audit_stream(
 
 def test_nodes_read_the_feed_with_the_window_and_staleness(on: Rendered) -> None:
     c = provider(on)
-    assert c["args"][-3:] == NODE_ARGS
+    assert c["args"][-1:] == NODE_ARGS
     assert c["env"] == [
         {"name": "POD_NAMESPACE", "valueFrom": {"fieldRef": {"fieldPath": "metadata.namespace"}}}
     ]
     tuned = helm({"watch": {"enabled": True}, "changeFeed": {"window": 7200, "staleAfter": 45}})
-    assert provider(tuned)["args"][-2:] == ["--feed-window=7200", "--feed-stale-after=45"]
+    assert provider(tuned)["args"][-3:] == [
+        *NODE_ARGS,
+        "--feed-window=7200",
+        "--feed-stale-after=45",
+    ]
 
 
 def test_nodes_side_follows_change_feed_enabled_apart_from_the_watcher() -> None:
     elsewhere = helm({"changeFeed": {"enabled": True}})
-    assert provider(elsewhere)["args"][-3:] == NODE_ARGS
+    assert provider(elsewhere)["args"][-1:] == NODE_ARGS
     assert rules(elsewhere, NODE_ROLE) == NODE_RULES
     assert not elsewhere.all("Deployment")
     without = helm({"watch": {"enabled": True}, "changeFeed": {"enabled": False}})
@@ -451,8 +456,10 @@ def test_bad_watch_values_are_refused(values: dict[str, Any], message: str) -> N
     assert message in refusal({"watch": {"enabled": True, **values}})
 
 
-def test_bad_feed_window_is_refused() -> None:
+def test_bad_feed_values_are_refused() -> None:
     assert "/changeFeed/window" in refusal({"changeFeed": {"window": 0}})
+    late = {"watch": {"enabled": True, "heartbeat": 90}}
+    assert "watch.heartbeat (90) must be below changeFeed.staleAfter (90)" in refusal(late)
 
 
 # --- the chart and the component are the same objects ---------------------------------------
