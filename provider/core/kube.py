@@ -140,9 +140,11 @@ class KubeClient:
                     return None
                 if response.status >= 400:
                     raise _translate(response.status, response.reason or "", doing)
-                text = await response.content.read(MAX_BODY + 1)
-                if len(text) > MAX_BODY:
-                    raise StoreUnavailable(f"Kubernetes API answered over {MAX_BODY} bytes {doing}")
+                text = bytearray()
+                async for chunk in response.content.iter_any():
+                    text += chunk
+                    if len(text) > MAX_BODY:
+                        raise StoreUnavailable(f"Kubernetes API answered over {MAX_BODY} bytes")
                 return json.loads(text)
         except (OSError, aiohttp.ClientError, ValueError) as exc:  # timeouts are OSErrors
             raise StoreUnavailable(f"Kubernetes API unreachable: {scrub(exc)}") from None
