@@ -211,8 +211,6 @@ class KubeClient:
                 proxy=api.proxy,
                 timeout=timeout,
             ) as response:
-                if response.status == 410:
-                    raise Gone(f"{doing}: resourceVersion {version} is too old (HTTP 410)")
                 if response.status >= 400:
                     raise _translate(response.status, response.reason or "", doing)
                 if opened is not None:
@@ -223,9 +221,7 @@ class KubeClient:
             raise StoreUnavailable(f"Kubernetes API watch broke: {scrub(exc)}") from None
 
     async def service_account_annotations(self, namespace: str, name: str) -> Mapping[str, str]:
-        path = (
-            f"/api/v1/namespaces/{quote(namespace, safe='')}/serviceaccounts/{quote(name, safe='')}"
-        )
+        path = namespaced(namespace, "serviceaccounts", name)
         sa = await self._call("GET", path, f"reading ServiceAccount {namespace}/{name}")
         metadata = sa.get("metadata") if isinstance(sa, dict) else None
         return dict((metadata or {}).get("annotations") or {})
@@ -234,10 +230,7 @@ class KubeClient:
         self, namespace: str, service_account: str, audience: str, pod_name: str, pod_uid: str
     ) -> str:
         """A token bound to the pod, as the kubelet would have minted (TokenRequest API)."""
-        path = (
-            f"/api/v1/namespaces/{quote(namespace, safe='')}"
-            f"/serviceaccounts/{quote(service_account, safe='')}/token"
-        )
+        path = namespaced(namespace, "serviceaccounts", service_account) + "/token"
         body = {
             "apiVersion": "authentication.k8s.io/v1",
             "kind": "TokenRequest",
@@ -394,7 +387,7 @@ def _translate(status: int, reason: str, doing: str) -> Exception:
     if status == 409:
         return Conflict(f"Kubernetes API conflict {doing} (HTTP 409)")
     if status == 410:
-        return Gone(f"{doing}: gone (HTTP 410)")
+        return Gone(f"{doing}: the resourceVersion is too old (HTTP 410)")
     if status in (401, 403):
         return PermissionDenied(
             f"Kubernetes API refused {doing} (HTTP {status}); check the provider's RBAC"
