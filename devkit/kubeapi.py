@@ -132,14 +132,15 @@ class KubeApi:
             _offer(watcher, None)
 
     def compact(self) -> None:
-        """Drop the event history: a watch resumed from any version before now gets 410."""
+        """Drop the event history (etcd's compaction): a watch resumed from a version older
+        than the newest gets 410; one from the newest, or after a relist, goes on."""
         self._history.clear()
         self._floor = self._version
 
     def pause(self, *, hang: bool = False) -> None:
         """Every call answers 503 (or, with `hang`, is held unanswered) until `resume`; open
         watches break."""
-        self._paused, self._hang = asyncio.Event(), hang
+        self._paused, self._hang = self._paused or asyncio.Event(), hang
         self.break_watches()
 
     def resume(self) -> None:
