@@ -12,6 +12,7 @@ that does not parse is replaced by a new generation, which every node treats as 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import dataclasses
 import random
 import secrets
@@ -89,6 +90,8 @@ class Publisher:
 
     async def beat(self) -> None:
         """Advance the health document's beat and report every source's state."""
+        for feed in self._feeds.values():
+            await feed.load()
 
         def update(data: Data) -> Health:
             try:
@@ -99,6 +102,11 @@ class Publisher:
             return Health(beat + 1, self._heartbeat, states)
 
         await self.swap(HEALTH_NAME, update)
+
+    async def read(self, name: str) -> Mapping[str, str] | None:
+        """The data of ConfigMap `name`, or None if there is none."""
+        found = await self._client.get(configmaps(self._namespace, name))
+        return None if found is None else found.get("data") or {}
 
     async def swap(self, name: str, update: Callable[[Data], D]) -> D:
         """Replace the data of ConfigMap `name` by `update(data)` encoded (data None: it does not
@@ -168,6 +176,16 @@ class SourceFeed:
             records.generation if records else "",
             records.seq if records else 0,
         )
+
+    async def load(self) -> None:
+        """Read the records document's generation and seq if this replica has not written it
+        yet (a new leader), so the health document reports them."""
+        if self._records is not None:
+            return
+        found = await self._publisher.read(self._name)
+        if found is not None:
+            with contextlib.suppress(BadDocument):
+                self._records = parse_records(found)
 
     async def renew(self) -> None:
         async with self._lock:

@@ -130,6 +130,15 @@ async def test_the_health_document_beats_with_each_sources_state(served: Served)
     )
     records = parse_records(document(api, records_name("vault"))["data"])
     assert state.generation == records.generation
+    successor = Publisher(client, "ns", heartbeat=5)  # a new leader, nothing published yet
+    successor.feed(Source())
+    await successor.beat()
+    health = parse_health(document(api, HEALTH_NAME)["data"])
+    assert health.beat == 3
+    assert (health.sources["vault"].generation, health.sources["vault"].seq) == (
+        records.generation,
+        2,
+    )
 
 
 async def test_publish_fails_while_the_api_is_down(served: Served) -> None:
