@@ -26,6 +26,7 @@ from typing import Any
 
 import backends
 from provider.core.backend import AnyBackend, AnyDialect, Backend, BackendEnv, Dialect
+from provider.core.changes import Watched
 from provider.core.selection import Selecting
 
 #: The modules a subpackage of `backends` must have to be a store.
@@ -105,6 +106,15 @@ def selecting(name: str) -> Selecting[Any, Any] | None:
     if not hasattr(module, "selection"):
         return None
     dialect: Selecting[Any, Any] = module
+    return dialect
+
+
+def watched(name: str) -> Watched[Any, Any] | None:
+    """The store's dialect as `Watched` when its refs have change-feed subjects, else None."""
+    module = _dialect(name)
+    if not hasattr(module, "subject"):
+        return None
+    dialect: Watched[Any, Any] = module
     return dialect
 
 

@@ -20,6 +20,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from backends.fake.options import Options
+from provider.core.changes import Subject
 from provider.core.model import ObjectSpec, ParseContext, StorePlan, hashed_once
 from provider.core.parsing import ObjectList, Problems, expect_str, file_object, parse_objects
 
@@ -66,6 +67,16 @@ class FakeSelection:
 
 #: What a fake object or selector reads.
 Ref = FakeRef | FakeSelection
+
+#: The one store instance of the fake store, as its change feed names it (tests).
+SCOPE = "fake"
+
+
+def subject(store: FakeStore, ref: Ref) -> Subject:
+    """A fake path as a change record names it; a selector by its prefix."""
+    if isinstance(ref, FakeSelection):
+        return Subject.of(SCOPE, ref.prefix, prefix=True)
+    return Subject.of(SCOPE, ref.path)
 
 
 def parse(params: Mapping[str, str], ctx: ParseContext[Options]) -> StorePlan[FakeStore, Ref]:

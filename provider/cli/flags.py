@@ -274,6 +274,36 @@ def _durations(g: Any) -> None:
     )
     flag(
         g,
+        "--change-feed",
+        False,
+        "watch the change feed of `secrets-bridge watch` (docs/change-feed.md): a changed "
+        "secret is read at the next poll, and values it covers are reused for --feed-window",
+    )
+    flag(
+        g,
+        "--feed-window",
+        3600.0,
+        "seconds a value the change feed covers is reused by a class with no refreshInterval",
+        metavar="SECONDS",
+        type=seconds(above=True),
+    )
+    flag(
+        g,
+        "--feed-stale-after",
+        90.0,
+        "seconds without a feed heartbeat after which values fall back to their configured refresh",
+        metavar="SECONDS",
+        type=seconds(above=True),
+    )
+    flag(
+        g,
+        "--feed-namespace",
+        "",
+        "namespace of the feed's ConfigMaps (default: this pod's, from POD_NAMESPACE)",
+        metavar="NAMESPACE",
+    )
+    flag(
+        g,
         "--serve-stale-wait",
         3.0,
         "seconds a mount with a stale copy waits for a silent store before the copy is served "
@@ -432,6 +462,10 @@ def settings_from_args(args: argparse.Namespace) -> ServeSettings:
         max_read_bytes_per_namespace=args.max_read_bytes_per_namespace,
         max_response_bytes=args.max_response_bytes,
         strict_parameters=args.strict_parameters,
+        change_feed=args.change_feed,
+        feed_window=args.feed_window,
+        feed_stale_after=args.feed_stale_after,
+        feed_namespace=args.feed_namespace,
         enable_fake_backend=args.enable_fake_backend,
         kube_api_url=args.kube_api_url,
         aws_sts_endpoint=getattr(args, "aws__sts_endpoint", None) or None,

@@ -1,4 +1,4 @@
-"""The `secrets-bridge` command: serve, check, mount, version, bench, audit.
+"""The `secrets-bridge` command: serve, check, mount, version, bench, audit, watch.
 
 Every `serve` flag can also come from the environment as SECRETS_BRIDGE_<FLAG>
 (provider/cli/flags.py).
@@ -120,6 +120,8 @@ COMMANDS = {
     "bench": "load-test Mount against a store, with an echo floor",
     "audit": "check or search an audit trail written by serve --audit-log "
     "(audit verify|search FILE...)",
+    "watch": "publish which secrets changed, from the stores' event services, to every "
+    "node (the change feed: docs/change-feed.md)",
 }
 
 
@@ -183,6 +185,10 @@ def _add_flags(name: str, cmd: argparse.ArgumentParser) -> None:
         from provider.cli import audit as auditing
 
         auditing.add_audit_flags(cmd)
+    elif name == "watch":
+        from provider.cli import watch as watching
+
+        watching.add_watch_flags(cmd)
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -204,6 +210,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         from provider.cli import audit as auditing
 
         return auditing.run(args)
+    if args.command == "watch":
+        return _watch(args)
     if args.command == "check":
         from provider.cli import check as checking
 
@@ -246,6 +254,23 @@ def main(argv: Sequence[str] | None = None) -> int:
 
         return asyncio.run(driver.run(args, settings))
     return EXIT_USAGE
+
+
+def _watch(args: argparse.Namespace) -> int:
+    from provider.cli import watch as watching
+    from provider.edge import logs
+    from provider.watch import run
+
+    try:
+        settings = watching.settings_from_args(args)
+    except InvalidParameters as exc:
+        return usage_error("watch", str(exc))
+    logs.configure(args.log_level, args.log_format)
+    try:
+        return asyncio.run(run.watch(settings))
+    except OSError as exc:  # the metrics address or a source's listen address is taken
+        print(f"secrets-bridge watch: cannot listen: {exc.strerror or exc}", file=sys.stderr)
+        return EXIT_FAILED
 
 
 def _fake_without_store(settings: ServeSettings) -> str | None:

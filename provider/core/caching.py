@@ -23,9 +23,19 @@ import weakref
 from collections import OrderedDict
 from collections.abc import Awaitable, Callable, Hashable, Iterable
 from dataclasses import dataclass
-from typing import Generic, TypeVar
+from typing import Generic, Protocol, TypeVar
 
 T = TypeVar("T")
+
+
+class Cover(Protocol):
+    """A change feed's cover of some entries (provider/mount/changes.py): an entry stored at or
+    after `since` may be reused up to `window` seconds by a caller that accepts it (a class
+    with no window of its own), since a change to it would have dropped it. `since` is +inf
+    while the feed does not cover them."""
+
+    since: float
+    window: float
 
 
 @dataclass(eq=False)
@@ -43,6 +53,16 @@ class Entry(Generic[T]):
     stored: float = 0.0
     #: False once dropped (replaced, invalidated, expired, evicted).
     live: bool = True
+    #: The change feed's cover of it, and what the feed names it by (`drop_where` matches it).
+    cover: Cover | None = None
+    subject: object = None
+
+    def covered(self, now: float) -> bool:
+        """Whether the feed covers it and its cover's window has not passed."""
+        cover = self.cover
+        return (
+            cover is not None and cover.since <= self.stored and now - self.stored <= cover.window
+        )
 
 
 class ExpiringCache(Generic[T]):
@@ -75,8 +95,11 @@ class ExpiringCache(Generic[T]):
     def __len__(self) -> int:
         return len(self._entries)
 
-    def get(self, key: Hashable, max_age: float | None = None) -> T | None:
-        """The value, unless expired, or (with `max_age`) put longer ago than that."""
+    def get(
+        self, key: Hashable, max_age: float | None = None, *, covered: bool = False
+    ) -> T | None:
+        """The value, unless expired, or (with `max_age`) put longer ago than that — unless
+        `covered` and the change feed covers it (`Entry.covered`)."""
         entry = self._entries.get(key)
         if entry is None:
             return None
@@ -84,23 +107,28 @@ class ExpiringCache(Generic[T]):
         if entry.expires <= now:
             self._drop(key)
             return None
-        if max_age is not None and now - entry.stored > max_age:
+        stale = max_age is not None and now - entry.stored > max_age
+        if stale and not (covered and entry.covered(now)):
             return None
         self._lru[entry.tenant].move_to_end(entry)
         return entry.value
 
-    def get_all(self, keys: Iterable[Hashable], max_age: float = math.inf) -> list[T] | None:
+    def get_all(
+        self, keys: Iterable[Hashable], max_age: float = math.inf, *, covered: bool = False
+    ) -> list[T] | None:
         """Every key's value, in order, each touched as `get` touches it — or None as soon as
-        one is missing, expired or older than `max_age` (`get` drops an expired one on the
-        caller's next, per-key pass). One clock read for all: this is the path of every
-        cached mount."""
+        one is missing, expired or older than `max_age` (`covered`: as `get`; `get` drops an
+        expired one on the caller's next, per-key pass). One clock read for all: this is the
+        path of every cached mount."""
         now = self._clock()
         oldest = now - max_age
         entries, lru = self._entries, self._lru
         values: list[T] = []
         for key in keys:
             entry = entries.get(key)
-            if entry is None or entry.expires <= now or entry.stored < oldest:
+            if entry is None or entry.expires <= now:
+                return None
+            if entry.stored < oldest and not (covered and entry.covered(now)):
                 return None
             lru[entry.tenant].move_to_end(entry)
             values.append(entry.value)
@@ -117,16 +145,24 @@ class ExpiringCache(Generic[T]):
             found.append(entry)
         return found
 
-    def fresh(self, held: Iterable[weakref.ref[Entry[T]]], max_age: float = math.inf) -> bool:
-        """Whether every entry is still kept, unexpired and younger than `max_age`; each is
-        touched as `get` touches it. No key is looked up: this is the path of every mount
-        answered again."""
+    def fresh(
+        self,
+        held: Iterable[weakref.ref[Entry[T]]],
+        max_age: float = math.inf,
+        *,
+        covered: bool = False,
+    ) -> bool:
+        """Whether every entry is still kept, unexpired and younger than `max_age` (`covered`:
+        as `get`); each is touched as `get` touches it. No key is looked up: this is the path
+        of every mount answered again."""
         now = self._clock()
         oldest = now - max_age
         lru = self._lru
         for ref in held:
             entry = ref()
-            if entry is None or not entry.live or entry.expires <= now or entry.stored < oldest:
+            if entry is None or not entry.live or entry.expires <= now:
+                return False
+            if entry.stored < oldest and not (covered and entry.covered(now)):
                 return False
             lru[entry.tenant].move_to_end(entry)
         return True
@@ -140,10 +176,20 @@ class ExpiringCache(Generic[T]):
         """(entries, bytes) held for `tenant`."""
         return len(self._lru.get(tenant, ())), self._tenant_bytes.get(tenant, 0)
 
-    def put(self, key: Hashable, value: T, ttl: float, *, keep_longer: bool = False) -> None:
+    def put(
+        self,
+        key: Hashable,
+        value: T,
+        ttl: float,
+        *,
+        keep_longer: bool = False,
+        cover: Cover | None = None,
+        subject: object = None,
+    ) -> None:
         """Keep `value` for `ttl` seconds; with `keep_longer`, at least as long as the entry
         it replaces would have lived (a fresher value for callers that ask a longer reuse of
-        it than the one putting it: each reads it within its own `max_age`)."""
+        it than the one putting it: each reads it within its own `max_age`). `cover` and
+        `subject`: the change feed's (`Entry`)."""
         if ttl <= 0:
             return
         now = self._clock()
@@ -156,7 +202,9 @@ class ExpiringCache(Generic[T]):
         if self._max_bytes is not None and size > self._max_bytes:
             return
         tenant = self._tenant_of(key)
-        entry = self._entries[key] = Entry(key, value, expires, size, tenant, now)
+        entry = self._entries[key] = Entry(
+            key, value, expires, size, tenant, now, cover=cover, subject=subject
+        )
         self._lru.setdefault(tenant, OrderedDict())[entry] = None
         self._tenant_bytes[tenant] = self._tenant_bytes.get(tenant, 0) + size
         self._bytes += size
@@ -169,6 +217,14 @@ class ExpiringCache(Generic[T]):
                 break
             self._drop(next(iter(self._lru[victim])).key)
             self._on_event("evicted")
+
+    def drop_where(self, changed: Callable[[Entry[T]], bool]) -> int:
+        """Forget every entry `changed` says changed (the change feed's records); how many.
+        One pass over the entries: a feed update carries many records at once."""
+        gone = [key for key, entry in self._entries.items() if changed(entry)]
+        for key in gone:
+            self._drop(key)
+        return len(gone)
 
     def invalidate(self, key: Hashable, stale: T | None = None) -> None:
         """Forget `key` — only if it still holds `stale`, when given.

@@ -80,6 +80,28 @@ class Metrics:
             "counted as cache hits)",
             registry=r,
         )
+        # The change feed, on a node (provider/mount/changes.py, docs/change-feed.md).
+        self.feed_healthy = Gauge(
+            "secrets_bridge_feed_healthy",
+            "1 while the change feed's heartbeat advances (covered values use --feed-window), "
+            "0 when values fall back to their configured refresh",
+            registry=r,
+        )
+        self.feed_changes = Counter(
+            "secrets_bridge_feed_changes",
+            "Secrets named by the change feed's records",
+            registry=r,
+        )
+        self.feed_dropped = Counter(
+            "secrets_bridge_feed_dropped",
+            "Cached values and not-founds dropped by the change feed's records",
+            registry=r,
+        )
+        self.feed_resyncs = Counter(
+            "secrets_bridge_feed_resyncs",
+            "Times a source's values were covered anew after records were missed",
+            registry=r,
+        )
         self.retries = Counter(
             "secrets_bridge_retries",
             "Retried store calls by backend and reason",

@@ -73,6 +73,16 @@ class CoreSettings:
     max_response_bytes: int = DRIVER_RECV_BYTES
     #: Unknown keys inside objects are refused instead of warned about (upstream drops them).
     strict_parameters: bool = False
+    #: Watch the change feed `secrets-bridge watch` publishes (docs/change-feed.md).
+    change_feed: bool = False
+    #: Seconds a value the feed covers is reused by a class with no refreshInterval of its own.
+    feed_window: float = 3600.0
+    #: Seconds without an advancing feed heartbeat after which values fall back to their
+    #: configured refresh.
+    feed_stale_after: float = 90.0
+    #: The namespace of the feed's ConfigMaps ("": this pod's, from POD_NAMESPACE or the
+    #: service account's namespace file).
+    feed_namespace: str = ""
     enable_fake_backend: bool = False
     #: Kubernetes API server URL for the few API reads (default: in-cluster, then kubeconfig).
     kube_api_url: str | None = None

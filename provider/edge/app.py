@@ -19,8 +19,9 @@ from typing import Any
 from provider.core.metrics import Metrics
 from provider.core.settings import ServeSettings
 from provider.core.versions import Versioner
-from provider.edge import auditchain, http, loops, startup
+from provider.edge import auditchain, feed, http, loops, startup
 from provider.edge.audit import AuditTrail, open_sink
+from provider.edge.feed import NodeFeed
 from provider.edge.server import ProviderServicer, build_server
 from provider.edge.startup import (
     StartupError,
@@ -70,6 +71,8 @@ def build_mounter(
         max_held_credentials=core.max_held_credentials,
         min_renew_interval=core.min_renew_interval,
         replaced_credential_grace=core.replaced_credential_grace,
+        feed_window=core.feed_window if core.change_feed else 0.0,
+        feed_stale_after=core.feed_stale_after,
     )
     backends.on_close(fetcher.close, "the fetcher")
     mounter = Mounter(
@@ -118,6 +121,12 @@ async def serve(
         # The random key's warning waits until serve has started: a refused start is one line.
         mounter, backends = build_mounter(settings, metrics, warn_random_key=False)
         stack.push_async_callback(backends.close)  # logs each part that fails to close
+        if mounter.coverage is not None:
+            node_feed = NodeFeed(
+                backends.kube, feed.namespace(settings.core.feed_namespace), mounter.coverage
+            )
+            watching = asyncio.create_task(node_feed.run(), name="change feed")
+            _on_exit(stack, "the change feed's watch", watching.cancel)
         audit = open_audit(settings, metrics, mounter)
         if audit is not None:
             _on_exit(stack, "the audit log", audit.close)

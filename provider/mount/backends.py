@@ -36,7 +36,8 @@ class Backends:
         self._core = core
         self._options = options
         self._metrics = metrics
-        self._kube = KubeClient(core.kube_api_url)
+        #: The Kubernetes API (ServiceAccount annotations, TokenRequest, the change feed).
+        self.kube = KubeClient(core.kube_api_url)
         # Evicted by namespace share: thousands of throwaway roles in one namespace cannot
         # push another namespace's credentials out (issue 20).
         self._credentials: ExpiringCache[Any] = ExpiringCache(
@@ -69,7 +70,7 @@ class Backends:
                 name=name,
                 core=self._core,
                 options=self.options_for(name),
-                kube=self._kube,
+                kube=self.kube,
                 metrics=self._metrics,
                 credentials=self._credentials,
                 reads=self.reads,
@@ -85,7 +86,7 @@ class Backends:
             await released(name, close)
         for name, backend in self._built.items():
             await released(f"the {name} backend", backend.close)
-        await released("the Kubernetes client", self._kube.close)
+        await released("the Kubernetes client", self.kube.close)
 
 
 async def released(name: str, release: Callable[[], object]) -> None:

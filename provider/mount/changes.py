@@ -1,1 +1,206 @@
-"""The node's view of the change feed: which stores it covers, and what a change record marks stale (docs/change-feed.md)."""
+"""The node's view of the change feed (docs/change-feed.md): which store instances it covers
+and since when, and what its records drop from the caches.
+
+A value read from a store the feed covers may be reused for `--feed-window` (1 h by default)
+by a class that sets no `refreshInterval` of its own, instead of `--cache-ttl`: a change to it
+drops it first, so the next poll reads it, for every identity on the node. The feed covers a
+store instance (`Scope`) while its heartbeat keeps advancing, within `--feed-stale-after`, and
+its source reports itself up. When either fails, the scope's `since` becomes +inf and every
+value falls back to its configured window at once; when the feed covers it again, only values
+read from then on get the long window (`since` is then), since a change may have been missed
+in between. A source whose records a node missed (its generation changed, or the window moved
+past the node's last seq) is covered anew the same way: "treated as changed once", spread over
+the configured window rather than read by every pod of the node in one poll.
+
+A record is a name, never a value, and only ever drops what this node holds: the next poll
+reads it again with the pod's own identity. A forged or replayed record costs reads.
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+import time
+from collections.abc import Callable, Collection, Hashable, Iterable
+from dataclasses import dataclass, field
+from typing import Any
+
+from provider.core.caching import Entry
+from provider.core.changes import Health, Records, SourceState, Subject
+from provider.core.metrics import Metrics
+
+log = logging.getLogger("secrets_bridge.feed")
+
+#: Store instances a node tracks, whatever the health document lists (it is parsed with its
+#: own bounds; this keeps a node's memory fixed even so).
+MAX_SCOPES = 4096
+
+
+@dataclass(eq=False, slots=True)
+class Scope:
+    """One store instance's cover (the `Cover` of provider/core/caching.py)."""
+
+    store: str
+    name: str
+    window: float
+    #: Entries stored at or after this may be reused for `window`; +inf: not covered.
+    since: float = math.inf
+
+
+def matches(subject: Subject, names: Collection[str]) -> bool:
+    """Whether a record of `names` (one store's) names the entry `subject` names. A prefix
+    subject (a selection) matches any name it starts, and a digest (a name too long for a
+    record: provider/core/changes.py `subject_name`), which cannot be matched by prefix."""
+    if not subject.prefix:
+        return subject.name in names
+    return any(n.startswith(subject.name) or n.startswith("sha256:") for n in names)
+
+
+@dataclass
+class _Source:
+    generation: str = ""
+    seq: int = -1
+    state: SourceState | None = None
+
+
+@dataclass
+class Coverage:
+    """The feed as this node sees it: fed the documents by provider/edge/feed.py, consulted
+    by the fetcher when it keeps a value (`cover`) and asked to drop changed ones (`drop`)."""
+
+    #: Seconds a covered value may be reused (--feed-window).
+    window: float
+    #: Seconds without an advancing heartbeat after which nothing is covered (--feed-stale-after).
+    stale_after: float
+    metrics: Metrics
+    #: Drops the entries a predicate picks from the value and not-found caches; how many.
+    drop: Callable[[Callable[[Entry[Any]], bool]], int] = lambda _changed: 0
+    clock: Callable[[], float] = time.monotonic
+    _scopes: dict[tuple[str, str], Scope] = field(default_factory=dict)
+    _sources: dict[str, _Source] = field(default_factory=dict)
+    _beat: int = -1
+    _beat_seen: float = -math.inf
+    _healthy: bool = False
+
+    def cover(self, store: str, subject: Subject | None) -> Scope | None:
+        """The cover of a value of `store` named `subject`: the one the feed lists, or None."""
+        if subject is None:
+            return None
+        return self._scopes.get((store, subject.scope))
+
+    @property
+    def healthy(self) -> bool:
+        return self._healthy
+
+    def records(self, doc: Records) -> None:
+        """A source's records document arrived (a watch event or a relist)."""
+        source = self._sources.setdefault(doc.source, _Source())
+        if source.seq < 0 or doc.generation != source.generation:
+            if source.seq >= 0:  # a new generation: what came before is unknown
+                self._recover(doc.source, "its generation changed")
+            source.generation, source.seq = doc.generation, doc.seq
+            return
+        missed = doc.after(source.seq)
+        source.seq = max(source.seq, doc.seq)
+        if missed is None:
+            self._recover(doc.source, "this node missed records beyond the window")
+            return
+        if missed:
+            self._changed(doc.store, {name for _seq, name, _marker in missed})
+
+    def health(self, doc: Health) -> None:
+        """The health document arrived: a new beat, each source's state."""
+        if doc.beat != self._beat:
+            self._beat, self._beat_seen = doc.beat, self.clock()
+        for name, state in doc.sources.items():
+            self._sources.setdefault(name, _Source()).state = state
+        self.check()
+
+    def lost(self) -> None:
+        """The node's watch relisted after 410 Gone or a restart of the stream: nothing to do
+        here (each document's seq says what was missed); kept for the log."""
+        log.info("change feed: the watch was resumed by a relist")
+
+    def check(self) -> None:
+        """Cover or uncover each listed scope by the heartbeat's age and its source's state;
+        run at every health document and periodically (a heartbeat that stops comes with no
+        event)."""
+        now = self.clock()
+        healthy = now - self._beat_seen <= self.stale_after
+        if healthy != self._healthy:
+            self._healthy = healthy
+            self.metrics.feed_healthy.set(1 if healthy else 0)
+            if healthy:
+                log.info("change feed: heartbeat seen; covered values use --feed-window")
+            else:
+                log.warning(
+                    "change feed: no heartbeat for %.0f s (--feed-stale-after %.0f s): every "
+                    "value falls back to its configured refresh",
+                    min(now - self._beat_seen, 1e9),
+                    self.stale_after,
+                )
+        for name, source in self._sources.items():
+            state = source.state
+            if state is None:
+                continue
+            up = healthy and state.up
+            for scope in self._scopes_of(state):
+                if up and scope.since == math.inf:
+                    scope.since = now
+                    log.info("change feed: %s %s covered", state.store, scope.name)
+                elif not up and scope.since != math.inf:
+                    scope.since = math.inf
+                    log.warning(
+                        "change feed: %s %s no longer covered (source %s %s): its values use "
+                        "their configured refresh",
+                        state.store,
+                        scope.name,
+                        name,
+                        "is down: " + state.reason if healthy else "has no heartbeat",
+                    )
+
+    def _scopes_of(self, state: SourceState) -> Iterable[Scope]:
+        for name in state.scopes:
+            key = (state.store, name)
+            scope = self._scopes.get(key)
+            if scope is None:
+                if len(self._scopes) >= MAX_SCOPES:
+                    continue
+                scope = self._scopes[key] = Scope(state.store, name, self.window)
+            yield scope
+
+    def _recover(self, source: str, why: str) -> None:
+        """Cover the source's scopes anew: values read before now use their configured window."""
+        self.metrics.feed_resyncs.inc()
+        state = self._sources[source].state
+        now = self.clock()
+        for scope in self._scopes_of(state) if state is not None else ():
+            if scope.since != math.inf:
+                scope.since = now
+        log.info("change feed: source %s resynced (%s)", source, why)
+
+    def _changed(self, store: str, names: set[str]) -> None:
+        def changed(entry: Entry[Any]) -> bool:
+            subject = entry.subject
+            return (
+                isinstance(subject, _Named)
+                and subject.store == store
+                and matches(subject.subject, names)
+            )
+
+        self.metrics.feed_changes.inc(len(names))
+        dropped = self.drop(changed)
+        self.metrics.feed_dropped.inc(dropped)
+
+
+@dataclass(frozen=True, slots=True)
+class _Named:
+    """What a kept value is named by in the feed (`Entry.subject`)."""
+
+    store: str
+    subject: Subject
+
+
+def named(store: str, subject: Subject | None) -> Hashable:
+    """The `Entry.subject` of a value of `store` named `subject` (None: the feed names it not)."""
+    return None if subject is None else _Named(store, subject)

@@ -22,16 +22,19 @@ from __future__ import annotations
 import asyncio
 import time
 import weakref
-from collections.abc import Hashable, Iterable, Mapping, Sequence
+from collections.abc import Callable, Hashable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from types import TracebackType
+from typing import Any
 
+from backends import registry
 from provider.core import waiting
 from provider.core.caching import Entry, ExpiringCache
 from provider.core.errors import BridgeError, DeadlineExceeded, NotFound
 from provider.core.limits import FetchSlots, RateLimiter, namespace_of
 from provider.core.metrics import Metrics
 from provider.core.model import FetchContext, Fetched, SecretValue, Source, values_size
+from provider.mount.changes import Coverage, Scope, named
 from provider.mount.lifetimes import Lifetimes, Owner
 from provider.mount.loads import Joined, Loads
 from provider.mount.reads import StoreRead
@@ -98,8 +101,17 @@ class Fetcher:
         max_held_credentials: int = 10_000,
         min_renew_interval: float = 300.0,
         replaced_credential_grace: float = 300.0,
+        feed_window: float = 0.0,
+        feed_stale_after: float = 90.0,
     ) -> None:
         self._ttl = cache_ttl
+        #: The change feed's view (--change-feed): values of the stores it covers are reused
+        #: for `feed_window` by classes with no refreshInterval (provider/mount/changes.py).
+        self.coverage = (
+            Coverage(feed_window, feed_stale_after, metrics, drop=self._drop_changed)
+            if feed_window > 0
+            else None
+        )
         self._metrics = metrics
         # A value with a lease or a certificate is held per pod; what it does not hold, it
         # reads through this fetcher's plain read.
@@ -146,6 +158,7 @@ class Fetcher:
             slots=FetchSlots(max_concurrent_fetches, max_concurrent_fetches_per_namespace),
             rates={name: RateLimiter(rate) for name, rate in (rate_limits or {}).items()},
             load_budget=load_budget,
+            named=self._named if self.coverage is not None else None,
         )
 
     @property
@@ -154,8 +167,23 @@ class Fetcher:
         return self._metrics
 
     def window(self, refresh: float | None) -> float:
-        """Seconds a value may be reused: a class's `refreshInterval`, else --cache-ttl."""
+        """Seconds a value may be reused: a class's `refreshInterval`, else --cache-ttl (or,
+        for a value the change feed covers, --feed-window: `Entry.covered`)."""
         return self._ttl if refresh is None else refresh
+
+    def _covering(self, refresh: float | None) -> bool:
+        """Whether a class with this `refreshInterval` takes the feed's window (one without)."""
+        return refresh is None and self.coverage is not None
+
+    def _named(self, read: StoreRead, ref: Hashable) -> tuple[Scope | None, Hashable]:
+        """The feed's cover of a value `read` keeps, and what the feed names it by."""
+        assert self.coverage is not None
+        watched = registry.watched(read.store)
+        subject = watched.subject(read.plan.store, ref) if watched is not None else None
+        return self.coverage.cover(read.store, subject), named(read.store, subject)
+
+    def _drop_changed(self, changed: Callable[[Entry[Any]], bool]) -> int:
+        return self._cache.drop_where(changed) + self._absent.drop_where(changed)
 
     def cached(
         self, keys: Sequence[Key], refresh: float | None = None
@@ -165,9 +193,10 @@ class Fetcher:
         hits; else None, and nothing counted: the caller then `fetch`es, which counts each ref
         as what it turns out to be. A cached mount's whole fetch."""
         window = self._ttl if refresh is None else refresh
-        if window <= 0:
+        covering = self._covering(refresh)
+        if window <= 0 and not covering:
             return None
-        found = self._cache.get_all(keys, window)
+        found = self._cache.get_all(keys, window, covered=covering)
         if found is not None:
             self._count_hits(len(found), refresh)
         return found
@@ -185,7 +214,8 @@ class Fetcher:
         """Whether every one of these entries is still kept and within the class's reuse
         window, counted as hits if so: the whole fetch of a mount answered again."""
         window = self._ttl if refresh is None else refresh
-        if window <= 0 or not self._cache.fresh(held, window):
+        covering = self._covering(refresh)
+        if (window <= 0 and not covering) or not self._cache.fresh(held, window, covered=covering):
             return False
         self._count_hits(len(held), refresh)
         return True
@@ -269,14 +299,15 @@ class Fetcher:
         left: list[Hashable] = []
         hits = 0
         window = self.window(read.refresh)
+        covering = self._covering(read.refresh)
         for ref in refs:
             cached: Fetched | None = None
-            if window > 0:
+            if window > 0 or covering:
                 key = read.key(ref)
-                cached = self._cache.get(key, window)
+                cached = self._cache.get(key, window, covered=covering)
                 if cached is None:
                     # Which objects are optional is asked only of a held "not found" (rare).
-                    absent = self._absent.get(key, window)
+                    absent = self._absent.get(key, window, covered=covering)
                     cached = absent if absent is not None and ref in _optional(read) else None
             if cached is None:
                 left.append(ref)
@@ -297,8 +328,11 @@ class Fetcher:
             if ref not in _optional(read):
                 return
             ttl = max(self._ttl, read.refresh or 0.0)
+            cover, subject = self._named(read, ref) if self.coverage is not None else (None, None)
+            if cover is not None and read.refresh is None:
+                ttl = max(ttl, cover.window)
             if ttl > 0:
-                self._absent.put(key, outcome, ttl, keep_longer=True)
+                self._absent.put(key, outcome, ttl, keep_longer=True, cover=cover, subject=subject)
         else:  # a value, or a denial the "not found" must not outlive
             self._absent.invalidate(key)
 

@@ -39,6 +39,7 @@ from provider.core.model import (
     Source,
     lifetime_of,
 )
+from provider.mount.changes import Scope
 from provider.mount.lifetimes import Owner
 from provider.mount.reads import StoreRead
 from provider.mount.stale import Key, LastGood
@@ -58,6 +59,7 @@ class Loads:
         slots: FetchSlots,
         rates: Mapping[str, RateLimiter],
         load_budget: float,
+        named: Callable[[StoreRead, Hashable], tuple[Scope | None, Hashable]] | None = None,
     ) -> None:
         self._cache = cache
         self._ttl = cache_ttl
@@ -68,7 +70,9 @@ class Loads:
         self._rates = rates
         self._load_budget = load_budget
         #: Whether a load's result is worth finishing after every caller left.
-        self._keep = cache_ttl > 0 or stale.enabled
+        self._keep = cache_ttl > 0 or stale.enabled or named is not None
+        #: With the change feed: a value's cover and name there (Fetcher._named).
+        self._named = named
         self._inflight: dict[Key, tuple[asyncio.Future[Fetched], asyncio.Task[None]]] = {}
         #: Callers still waiting on each load.
         self._waiters: dict[asyncio.Task[None], int] = {}
@@ -99,7 +103,7 @@ class Loads:
                 if sources is not None:
                     sources.pop(ref, None)  # a fresh load after a shared one ran out
                 # without --cache-ttl (or a class's refreshInterval) no value cache to miss
-                if self._ttl > 0 or read.refresh:
+                if self._ttl > 0 or read.refresh or self._named is not None:
                     self._count("miss")
                 mine[ref] = asyncio.get_running_loop().create_future()
         if mine:
@@ -202,10 +206,15 @@ class Loads:
             # A credential with a lifetime is its pod's alone: never cached, never stale.
             if not isinstance(result, BridgeError) and lifetime_of(result) is None:
                 ttl = max(self._ttl, read.refresh or 0.0)
+                cover, subject = self._named(read, ref) if self._named else (None, None)
+                if cover is not None and read.refresh is None:
+                    ttl = max(ttl, cover.window)
                 if ttl > 0:
                     # Each caller reads it within its own window (Fetcher.window); kept as
                     # long as the longest a class asked of the value it replaces.
-                    self._cache.put(key, result, ttl, keep_longer=True)
+                    self._cache.put(
+                        key, result, ttl, keep_longer=True, cover=cover, subject=subject
+                    )
                 self._stale.keep(key, result)
             if not future.done():  # else answered with its stale copy when the store refused
                 future.set_result(self._or_stale(read, ref, result))

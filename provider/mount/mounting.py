@@ -149,6 +149,8 @@ class Mounter:
         self._strict = strict_parameters
         self._refresh_bounds = refresh_bounds
         self._fetcher = fetcher
+        #: The change feed's view, when the fetcher has one (the edge feeds it).
+        self.coverage = fetcher.coverage
         self._builder = Builder(versioner, max_response_bytes, max_objects)
         self._enable_test_stores = enable_test_stores
         self._max_objects = max_objects
