@@ -220,6 +220,13 @@ def add_serve_flags(parser: argparse.ArgumentParser, *, with_socket: bool = True
         "Kubernetes API URL (default: in-cluster config, then kubeconfig)",
         metavar="URL",
     )
+    flag(
+        g,
+        "--kube-api-token-file",
+        "",
+        "a bearer token file for --kube-api-url (re-read every minute)",
+        metavar="FILE",
+    )
     for name in registry.names():
         add_options_flags(parser, name, registry.options_class(name))
 
@@ -468,6 +475,7 @@ def settings_from_args(args: argparse.Namespace) -> ServeSettings:
         feed_namespace=args.feed_namespace,
         enable_fake_backend=args.enable_fake_backend,
         kube_api_url=args.kube_api_url,
+        kube_api_token_file=args.kube_api_token_file,
         aws_sts_endpoint=getattr(args, "aws__sts_endpoint", None) or None,
     )
     options = {

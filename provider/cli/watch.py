@@ -63,6 +63,13 @@ def add_watch_flags(cmd: argparse.ArgumentParser) -> None:
     )
     flag(
         g,
+        "--kube-api-token-file",
+        "",
+        "a bearer token file for --kube-api-url",
+        metavar="FILE",
+    )
+    flag(
+        g,
         "--lease-duration",
         15.0,
         "seconds a Lease holder that stopped renewing keeps it",
@@ -216,6 +223,7 @@ def settings_from_args(args: argparse.Namespace) -> WatchSettings:
         heartbeat=args.heartbeat,
         metrics_address=args.metrics_address,
         kube_api_url=args.kube_api_url or None,
+        kube_api_token_file=args.kube_api_token_file,
         lease_duration=args.lease_duration,
         renew_deadline=args.lease_duration * 2 / 3,
         retry_period=args.lease_duration / 7.5,

@@ -95,9 +95,13 @@ class KubeClient:
     """The API server's client. `token` is sent as a bearer token to an `api_url` (a test's
     API server); in a cluster or through a kubeconfig the credentials come from there."""
 
-    def __init__(self, api_url: str | None = None, *, token: str | None = None) -> None:
+    def __init__(
+        self, api_url: str | None = None, *, token: str | None = None, token_file: str = ""
+    ) -> None:
         self._api_url = api_url
         self._token = token
+        #: With `api_url`: a bearer token file, re-read as the in-cluster one is.
+        self._token_file = token_file
         self._api: _Api | None = None
         self._session: aiohttp.ClientSession | None = None
         self._lock = asyncio.Lock()
@@ -105,7 +109,7 @@ class KubeClient:
     async def _connect(self) -> tuple[_Api, aiohttp.ClientSession]:
         async with self._lock:
             if self._api is None:
-                self._api = await _configure(self._api_url, self._token)
+                self._api = await _configure(self._api_url, self._token, self._token_file)
             if self._session is None:
                 self._session = aiohttp.ClientSession(
                     connector=aiohttp.TCPConnector(ssl=self._api.ssl)
@@ -258,8 +262,12 @@ class KubeClient:
             self._session = None
 
 
-async def _configure(api_url: str | None, token: str | None) -> _Api:
+async def _configure(api_url: str | None, token: str | None, token_file: str = "") -> _Api:
     if api_url:
+        if token_file:
+            read = _TokenFile(token_file)
+            read.read()
+            return _Api(api_url.rstrip("/"), ssl=True, authorization=read.get)
         return _Api(api_url.rstrip("/"), ssl=True, authorization=_bearer(token))
     in_cluster = _in_cluster(os.environ, SERVICE_ACCOUNT_DIR)
     if in_cluster is not None:

@@ -86,6 +86,7 @@ class CoreSettings:
     enable_fake_backend: bool = False
     #: Kubernetes API server URL for the few API reads (default: in-cluster, then kubeconfig).
     kube_api_url: str | None = None
+    kube_api_token_file: str = ""
     #: `--aws-sts-endpoint`: the STS endpoint of every STS call the provider makes, whichever
     #: store makes it (the aws store's AssumeRoleWithWebIdentity and AssumeRole, Vault's aws
     #: login's AssumeRoleWithWebIdentity); None: the regional one, or AWS_ENDPOINT_URL_STS.

@@ -37,7 +37,7 @@ class Backends:
         self._options = options
         self._metrics = metrics
         #: The Kubernetes API (ServiceAccount annotations, TokenRequest, the change feed).
-        self.kube = KubeClient(core.kube_api_url)
+        self.kube = KubeClient(core.kube_api_url, token_file=core.kube_api_token_file)
         # Evicted by namespace share: thousands of throwaway roles in one namespace cannot
         # push another namespace's credentials out (issue 20).
         self._credentials: ExpiringCache[Any] = ExpiringCache(

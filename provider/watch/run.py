@@ -59,6 +59,7 @@ class WatchSettings:
     heartbeat: float = 30.0
     metrics_address: str = "0.0.0.0:9102"
     kube_api_url: str | None = None
+    kube_api_token_file: str = ""
     lease_name: str = LEASE_NAME
     lease_duration: float = 15.0
     renew_deadline: float = 10.0
@@ -83,7 +84,7 @@ class Watcher:
     def __init__(self, settings: WatchSettings, sources: Sequence[Source]) -> None:
         self._settings = settings
         self._sources = list(sources)
-        self._client = KubeClient(settings.kube_api_url)
+        self._client = KubeClient(settings.kube_api_url, token_file=settings.kube_api_token_file)
         self._publisher = Publisher(self._client, settings.namespace, heartbeat=settings.heartbeat)
         self._elector = Elector(
             self._client,
