@@ -38,9 +38,10 @@ from collections.abc import Mapping
 
 from backends.aws.descriptors import OBJECTS, parse_object
 from backends.aws.options import Options
-from backends.aws.refs import AwsRef, AwsSelection, AwsStore, Ref, Target
+from backends.aws.refs import AwsRef, AwsSelection, AwsStore, Ref, Service, Target
 from backends.aws.roles import ASSUME_KEYS, ROLE_ARN, parse_assume_role
 from backends.aws.selectors import SELECT_KEYS, selection
+from provider.core.changes import Subject
 from provider.core.model import ParseContext, StorePlan
 from provider.core.parsing import Problems, go_bool, parse_objects, plain_secrets
 
@@ -53,10 +54,12 @@ __all__ = [
     "Ref",
     "Target",
     "audiences",
+    "change_name",
     "lifetime",
     "listed",
     "parse",
     "selection",
+    "subject",
 ]
 
 KEYS = frozenset(
@@ -161,3 +164,36 @@ lifetime = plain_secrets
 
 #: The object entries of a class of several stores, as this dialect's `objects`.
 listed = OBJECTS.listed
+
+
+# A full ARN ends in '-' and six random characters after the name (a partial ARN does not, and
+# AWS itself reads a partial ARN whose name ends so as a full one: the same rule here).
+_ARN_SUFFIX = re.compile(r"-[A-Za-z0-9]{6}$")
+
+
+def change_name(service: Service, name: str) -> str:
+    """The change feed's name of a secret or parameter, given by name or ARN: `sm:<name>` for
+    Secrets Manager (an ARN's random suffix dropped, so a secret deleted and created again is the
+    same name), `ssm:<name>` for SSM without its leading '/' (`/app/db`, `app/db` and
+    `arn:...:parameter/app/db` are one name; at worst two parameters share it: over-matching).
+    backends/aws/changes.py names events with it."""
+    if service == "ssm":
+        if name.startswith("arn:"):
+            name = name.split(":", 5)[-1].removeprefix("parameter")
+        return "ssm:" + name.lstrip("/")
+    if name.startswith("arn:"):
+        name = _ARN_SUFFIX.sub("", name.split(":", 6)[-1])
+    return "sm:" + name
+
+
+def subject(store: AwsStore, ref: Ref) -> Subject:
+    """What the change feed calls `ref` (provider/core/changes.py): its name in the class's
+    primary region. A selection is a prefix: its namePrefix (`sm:` alone for tags only: tag
+    changes arrive as events of the secret), or its path with a trailing '/' (a one-level
+    path over-matches its deeper parameters)."""
+    if isinstance(ref, AwsRef):
+        return Subject.of(store.region, change_name(ref.service, ref.primary.name))
+    if ref.service == "secretsmanager":
+        return Subject.of(store.region, change_name("secretsmanager", ref.prefix), prefix=True)
+    path = change_name("ssm", ref.prefix).rstrip("/")
+    return Subject.of(store.region, path if path == "ssm:" else path + "/", prefix=True)
