@@ -99,9 +99,10 @@ async def test_a_vanished_leader_is_replaced_after_the_lease_duration(
     cut = loop.time()
     api.tokens.discard(leader.elector.identity)  # partitioned: it can neither renew nor release
     await eventually(lambda: not leader.leading_now)
-    assert loop.time() - cut <= 0.5 + 0.2  # by its renew deadline
+    assert loop.time() - cut <= 0.5 + 0.3  # by its renew deadline (0.3 s: a loaded machine)
     await eventually(lambda: standby.leading_now)
-    assert loop.time() - cut >= 1.0  # not before the lease's duration on the standby's clock
+    # Not before the lease's duration since the last renewal (at most a retry before the cut).
+    assert loop.time() - cut >= 1.0 - 0.1
     assert not leader.elector.leading
 
 
@@ -113,7 +114,7 @@ async def test_a_leader_that_cannot_reach_the_api_stops_by_the_renew_deadline(
     api.pause(hang=True)  # calls are held unanswered
     paused = loop.time()
     await eventually(lambda: not leader.leading_now)
-    assert loop.time() - paused <= 0.5 + 0.2
+    assert loop.time() - paused <= 0.5 + 0.3
     assert not standby.leading_now
     api.resume()
     await eventually(lambda: leader.leading_now or standby.leading_now)
