@@ -34,7 +34,7 @@ import contextlib
 import json
 import logging
 import time
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from contextlib import AbstractAsyncContextManager
 from dataclasses import dataclass
 from typing import Any
@@ -44,7 +44,7 @@ from backends.aws.errors import translated
 from backends.aws.refs import Service
 from backends.clouds.aws import sdk_client
 from provider.core.changes import SOURCE_NAME, Change, Feed
-from provider.core.errors import BridgeError, MissingCredential
+from provider.core.errors import BridgeError, MissingCredential, StoreUnavailable
 
 log = logging.getLogger("secrets_bridge.aws")
 
@@ -81,6 +81,8 @@ EVENT_NAMES = (
     "RemoveRegionsFromReplication",
     "StopReplicationToReplica",
 )
+#: SQS's codes for a queue that does not exist (JSON protocol, and query-compatible).
+_NO_QUEUE = frozenset({"QueueDoesNotExist", "AWS.SimpleQueueService.NonExistentQueue"})
 CLOUDTRAIL = "AWS API Call via CloudTrail"
 LABEL_UPDATED = "Secret Label Updated"
 PARAMETER_CHANGE = "Parameter Store Change"
@@ -149,7 +151,10 @@ class Counts:
     receives: int = 0
     messages: int = 0
     changes: int = 0
+    #: Not events at all (deleted, logged once a minute).
     skipped: int = 0
+    #: Events of no secret, or of another region (deleted quietly).
+    ignored: int = 0
     deleted: int = 0
     publish_failures: int = 0
 
@@ -210,7 +215,7 @@ class QueueSource:
     async def _receive_once(self, feed: Feed) -> None:
         """One ReceiveMessage, its publish and its deletes; raises BridgeError if SQS failed."""
         self.counts.receives += 1
-        with translated(f"SQS ReceiveMessage on {self.queue_url}"):
+        with _sqs_call(f"SQS ReceiveMessage on {self.queue_url}"):
             if self._client is None:
                 self._client = await self._exits.enter_async_context(self._connect())
             sqs = self._client
@@ -236,6 +241,7 @@ class QueueSource:
                 if not isinstance(body, str):
                     raise BadEvent("no body")
                 change = change_of(body, self.scopes)
+                self.counts.ignored += change is None
             except BadEvent as bad:
                 self._skipped(str(bad))
                 change = None
@@ -262,7 +268,7 @@ class QueueSource:
         if not handles:
             return
         entries = [{"Id": str(i), "ReceiptHandle": h} for i, h in enumerate(handles)]
-        with translated(f"SQS DeleteMessageBatch on {self.queue_url}"):
+        with _sqs_call(f"SQS DeleteMessageBatch on {self.queue_url}"):
             answer = await sqs.delete_message_batch(QueueUrl=self.queue_url, Entries=entries)
         failed = answer.get("Failed") or []
         self.counts.deleted += len(handles) - len(failed)
@@ -283,6 +289,20 @@ class QueueSource:
                 why,
             )
             self._logged_at, self._logged_skips = now, self.counts.skipped
+
+
+@contextlib.contextmanager
+def _sqs_call(what: str) -> Iterator[None]:
+    """One SQS call, its failure a BridgeError (backends/aws/errors.py) that says what to fix."""
+    from botocore.exceptions import ClientError
+
+    with translated(what, "; allow the watcher sqs:ReceiveMessage and sqs:DeleteMessage on it"):
+        try:
+            yield
+        except ClientError as exc:
+            if (exc.response.get("Error") or {}).get("Code") in _NO_QUEUE:
+                raise StoreUnavailable(f"{what}: the queue does not exist") from None
+            raise
 
 
 def _reason(exc: BridgeError, queue_url: str) -> str:

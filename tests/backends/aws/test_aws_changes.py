@@ -21,7 +21,7 @@ from backends.aws.changes import (
     create,
 )
 from backends.aws.options import Options
-from devkit.moto import ACCOUNT, MotoServer
+from devkit.moto import ACCOUNT, CountingProxy, MotoServer
 from devkit.ports import free_port
 from provider.core.changes import Change, Subject
 from provider.core.model import ParseContext
@@ -205,7 +205,9 @@ async def test_aws_eventbridge_rules_route_the_documented_events_to_the_queue(
     ]
     assert not events.put_events(Entries=entries).get("FailedEntryCount")
 
-    source, feed = await running(queue, Recording(), lambda f: len(f.names) == 3)
+    source, feed = await running(
+        queue, Recording(), lambda f: len(f.names) == 3 and not left(moto, queue)
+    )
 
     assert sorted(feed.names) == ["sm:app/db", "sm:app/rotated", "ssm:app/config/url"]
     assert {change.scope for batch in feed.batches for change in batch} == {REGION}
@@ -250,11 +252,14 @@ async def test_aws_publish_that_raises_leaves_the_batch_for_redelivery(
 ) -> None:
     send(moto, queue, cloudtrail("PutSecretValue", "app/db"), "not json at all")
     source, feed = await running(
-        queue, Recording(failing=1), lambda f: f.attempts >= 1, visibility=1
+        queue, Recording(failing=1), lambda f: f.attempts >= 1, visibility=2
     )
+    async with asyncio.timeout(2):
+        while not source.counts.deleted:
+            await asyncio.sleep(0.02)
     # The change stays in the queue (hidden for the visibility timeout); the bad one is gone.
     assert feed.batches == [] and source.counts.publish_failures == 1
-    assert source.counts.skipped == 1
+    assert source.counts.skipped == source.counts.deleted == 1
     assert left(moto, queue) == 1
 
     # Once the visibility timeout ends, SQS delivers it again and this publish goes through.
@@ -287,7 +292,7 @@ async def test_aws_messages_that_are_no_event_are_deleted_and_counted(
     source, _ = await running(
         queue, Recording(), lambda f: f.names == ["ssm:app/after"] and not left(moto, queue)
     )
-    assert source.counts.skipped == 7
+    assert source.counts.skipped == 7 and source.counts.ignored == len(quiet)
     assert source.counts.deleted == len(bodies) + len(quiet) + 1
     lines = [r.getMessage() for r in caplog.records if "not EventBridge events" in r.getMessage()]
     assert len(lines) == 1  # one line a minute, whatever the number
@@ -328,18 +333,28 @@ async def test_aws_a_queue_that_does_not_exist_is_down(moto: MotoServer, running
     assert feed.ups == 0 and "no-such-queue" in feed.downs[0]
 
 
+async def test_aws_a_queue_the_watcher_may_not_read_is_down(
+    queue: str, proxy: CountingProxy, running: Running
+) -> None:
+    proxy.deny_operations.add("ReceiveMessage")
+    _, feed = await running(
+        queue, Recording(), lambda f: bool(f.downs), endpoint=proxy.url, backoff=(0.05, 0.1)
+    )
+    assert feed.ups == 0 and "denied" in feed.downs[0] and "sqs:ReceiveMessage" in feed.downs[0]
+
+
 def _subject(objects: str = "", select: str = "") -> Subject:
     plan = dialect.parse(
         {"region": REGION, "objects": objects}, ParseContext(Options(REGION), selects=bool(select))
     )
-    if select:
-        problems = Problems()
-        ref = dialect.selection(yaml.safe_load(select)[0], plan.store, 10, "select[0]", problems)
-        problems.raise_if_any()
-    else:
+    if not select:
         (ref,) = {spec.ref for spec in plan.objects}
-    assert ref is not None
-    return dialect.subject(plan.store, ref)
+        return dialect.subject(plan.store, ref)
+    problems = Problems()
+    found = dialect.selection(yaml.safe_load(select)[0], plan.store, 10, "select[0]", problems)
+    problems.raise_if_any()
+    assert found is not None
+    return dialect.subject(plan.store, found)
 
 
 @pytest.mark.parametrize(
