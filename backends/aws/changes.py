@@ -121,8 +121,9 @@ def change_of(body: str, scopes: frozenset[str]) -> Change | None:
     service, name = found
     if not isinstance(name, str) or not 0 < len(name) <= MAX_NAME:
         raise BadEvent(f"a {kind} event without a name")
-    marker = event.get("id")
-    return Change.of(STORE, region, change_name(service, name), str(marker or "")[:64])
+    marker = event.get("id")  # EventBridge's event id: the log's handle on it
+    marker = marker if isinstance(marker, str) else ""
+    return Change.of(STORE, region, change_name(service, name), marker)
 
 
 def _named(source: object, kind: str, detail: dict[str, Any]) -> tuple[Service, object] | None:
