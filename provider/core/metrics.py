@@ -87,6 +87,11 @@ class Metrics:
             "0 when values fall back to their configured refresh",
             registry=r,
         )
+        self.feed_covered = Gauge(
+            "secrets_bridge_feed_covered",
+            "Store instances (a Vault address, an AWS region, ...) the change feed covers now",
+            registry=r,
+        )
         self.feed_changes = Counter(
             "secrets_bridge_feed_changes",
             "Secrets named by the change feed's records",

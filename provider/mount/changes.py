@@ -139,6 +139,7 @@ class Coverage:
                     min(now - self._beat_seen, 1e9),
                     self.stale_after,
                 )
+        covered = 0
         for name, source in self._sources.items():
             state = source.state
             if state is None:
@@ -148,7 +149,9 @@ class Coverage:
                 if up and scope.since == math.inf:
                     scope.since = now
                     log.info("change feed: %s %s covered", state.store, scope.name)
-                elif not up and scope.since != math.inf:
+                if up:
+                    covered += 1
+                elif scope.since != math.inf:
                     scope.since = math.inf
                     log.warning(
                         "change feed: %s %s no longer covered (source %s %s): its values use "
@@ -158,6 +161,7 @@ class Coverage:
                         name,
                         "is down: " + state.reason if healthy else "has no heartbeat",
                     )
+        self.metrics.feed_covered.set(covered)
 
     def _scopes_of(self, state: SourceState) -> Iterable[Scope]:
         for name in state.scopes:

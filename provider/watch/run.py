@@ -211,10 +211,12 @@ def http_app(watcher: Watcher) -> web.Application:
 
 
 async def watch(settings: WatchSettings, *, stop: asyncio.Event | None = None) -> int:
-    """Run until SIGTERM/SIGINT (or `stop`); the Lease is released on the way out."""
-    stop = stop or asyncio.Event()
+    """Run until SIGTERM/SIGINT (or, given, until `stop` is set: tests run several in one
+    process); the Lease is released on the way out."""
     loop = asyncio.get_running_loop()
-    for sig in (signal.SIGTERM, signal.SIGINT):
+    signals = (signal.SIGTERM, signal.SIGINT) if stop is None else ()
+    stop = stop or asyncio.Event()
+    for sig in signals:
         loop.add_signal_handler(sig, stop.set)
     watcher = Watcher(settings, create_sources(settings.sources))
     host, _, port = settings.metrics_address.rpartition(":")
@@ -236,5 +238,5 @@ async def watch(settings: WatchSettings, *, stop: asyncio.Event | None = None) -
         with contextlib.suppress(asyncio.CancelledError):
             await running
         await runner.cleanup()
-        for sig in (signal.SIGTERM, signal.SIGINT):
+        for sig in signals:
             loop.remove_signal_handler(sig)
