@@ -38,6 +38,7 @@ from backends.azure import selectors
 from backends.azure.objects import AzureRef, parse_objects
 from backends.azure.options import Options
 from backends.azure.selectors import AzureSelection
+from provider.core.changes import Subject
 from provider.core.model import ObjectSpec, ParseContext, StorePlan
 from provider.core.parsing import Problems, go_bool, plain_secrets
 
@@ -242,6 +243,24 @@ def audiences(store: AzureStore) -> tuple[str, ...]:
     pod's token."""
     audience = AUDIENCES.get(store.auth)
     return (audience,) if audience else ()
+
+
+def object_name(kind: str, name: str) -> str:
+    """A Key Vault object's name in the change feed, `<kind>/<name>` (kind: secret, key, cert),
+    lowercased as Key Vault compares names; backends/azure/changes.py names an event's object by
+    it, `subject` a ref."""
+    return f"{kind}/{name.lower()}"
+
+
+def subject(store: AzureStore, ref: Ref) -> Subject | None:
+    """What a ref answers to in the feed: its object in its vault (the scope, lowercased), every
+    secret a selection's prefix starts (tags only narrow it: `secret/` when it has none). A
+    secret ref that reads a certificate's secret (objectFormat pfx) is named as a secret: the
+    source names a certificate's event by each of its views."""
+    scope = store.vault_name.lower()
+    if isinstance(ref, AzureSelection):
+        return Subject.of(scope, object_name("secret", ref.prefix), prefix=True)
+    return Subject.of(scope, object_name(ref.object_type, ref.name))
 
 
 #: Its answers are plain secrets: no lease, no certificate issued per read (`check`).
