@@ -182,7 +182,7 @@ def sources_from_args(args: argparse.Namespace) -> tuple[SourceSpec, ...]:
             raise InvalidParameters("--aws-queue-url needs --aws-region: the region it covers")
         options = {"queue_url": args.aws_queue_url, "region": args.aws_region}
         if args.aws_endpoint_url:
-            options["endpoint_url"] = args.aws_endpoint_url
+            options["endpoint"] = args.aws_endpoint_url
         specs.append(SourceSpec("aws", options))
     if args.azure_queue_url:
         vaults = _list(args.azure_vaults)
