@@ -217,8 +217,12 @@ def test_watcher_runs_the_providers_image_with_its_own_identity(on: Rendered) ->
     assert c["image"] == provider(on)["image"]
     assert c["imagePullPolicy"] == provider(on)["imagePullPolicy"]
     assert c["env"] == [
-        {"name": n, "valueFrom": {"fieldRef": {"fieldPath": f"metadata.{f}"}}}
-        for n, f in (("POD_NAMESPACE", "namespace"), ("POD_NAME", "name"))
+        {"name": n, "valueFrom": {"fieldRef": {"fieldPath": f}}}
+        for n, f in (
+            ("POD_NAMESPACE", "metadata.namespace"),
+            ("POD_NAME", "metadata.name"),
+            ("POD_IP", "status.podIP"),  # the audit EndpointSlice's address
+        )
     ]
     assert pod(on)["serviceAccountName"] == WATCH
     values = {"watch": {"enabled": True, "serviceAccount": {"annotations": {"a/b": "c"}}}}
@@ -503,3 +507,26 @@ def test_checkov_finds_no_failed_check_and_skips_only_decided_ones(checkov_repor
     for name in ("chart.yaml", "component.yaml"):
         assert skipped[(name, "Deployment")] == WATCH_SKIPS
         assert skipped[(name, "DaemonSet")] == DECIDED_SKIPS
+
+
+def test_the_watchers_arguments_are_what_secrets_bridge_watch_parses(on: Rendered) -> None:
+    """Each source's chart values become flags the real `watch` parser takes and turns into
+    that source, the downward API's variables substituted as the kubelet does."""
+    from provider.cli import watch as watching
+    from provider.cli.main import build_parser
+
+    env = {"POD_NAMESPACE": "secrets-bridge", "POD_NAME": "secrets-bridge-watch-0"}
+    names = {e["name"] for e in watcher(on)["env"]}
+    assert {"POD_NAMESPACE", "POD_NAME", "POD_IP"} <= names
+    args = [a.replace("$(POD_NAMESPACE)", env["POD_NAMESPACE"]) for a in watcher(on)["args"]]
+    args = [a.replace("$(POD_NAME)", env["POD_NAME"]) for a in args]
+    parsed = build_parser("watch").parse_args(args)
+    settings = watching.settings_from_args(parsed)
+    assert settings.namespace == "secrets-bridge"
+    assert settings.identity == "secrets-bridge-watch-0"
+    stores = {spec.store: spec for spec in settings.sources}
+    assert set(stores) == {"vault", "aws", "azure", "gcp"}
+    assert stores["vault"].port == 9200
+    assert stores["vault"].options["token_file"] == "/var/run/secrets-bridge/vault-canary/token"
+    assert stores["azure"].options["vaults"] == ["kv-a", "kv-b"]
+    assert stores["gcp"].options["projects"] == ["my-project", "123"]
