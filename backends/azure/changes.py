@@ -85,6 +85,8 @@ QUIET = frozenset(
 )
 #: An event's ObjectType (lowercased) → the kinds of ref that read it (dialect `object_name`).
 KINDS = {"secret": ("secret",), "key": ("key",), "certificate": ("cert", "secret", "key")}
+#: No retries of the SDK's own (its default waits 15 s and more): `run` backs off, reporting down.
+_CLIENT: dict[str, Any] = {"retry_total": 0, "connection_timeout": 10, "read_timeout": 30}
 #: What a refusal means to the watcher's operator (Azure's own text is never shown).
 _REASONS = {
     401: "the watcher's credentials were refused",
@@ -322,13 +324,13 @@ def create(
         with open(connection_string_file) as fh:
             connection = fh.read().strip()
         queue = urlsplit(queue_url).path.rstrip("/").rpartition("/")[2]
-        client = QueueClient.from_connection_string(connection, queue)
+        client = QueueClient.from_connection_string(connection, queue, **_CLIENT)
     else:
         if credential is None:
             from azure.identity.aio import DefaultAzureCredential
 
             credential = DefaultAzureCredential()
-        client = QueueClient.from_queue_url(queue_url, credential=credential)
+        client = QueueClient.from_queue_url(queue_url, credential=credential, **_CLIENT)
     return QueueSource(
         client,
         vaults=vaults,
