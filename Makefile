@@ -25,9 +25,13 @@ $(STAMP): pyproject.toml requirements-test.lock
 	touch $(STAMP)
 
 # Tools that conflict with the runtime dependencies live in their own virtual environments.
-tools:
+tools: install
 	@command -v kubectl >/dev/null || { echo "kubectl is required for the manifest tests (kubectl kustomize); install it" >&2; exit 1; }
 	@if [ -x deploy/tools.sh ]; then deploy/tools.sh; fi
+	@# Azurite, the Azure Storage emulator the change feed's queue tests run (pinned in
+	@# deploy/azurite/; a no-op once installed).
+	$(BIN)/python -c 'from devkit.azurite import install; install()'
+
 
 lint: install
 	deploy/timed.sh "ruff check" $(BIN)/ruff check .
