@@ -263,11 +263,12 @@ def _watch(args: argparse.Namespace) -> int:
 
     try:
         settings = watching.settings_from_args(args)
-    except InvalidParameters as exc:
+        sources = run.create_sources(settings.sources)
+    except (InvalidParameters, ValueError) as exc:
         return usage_error("watch", str(exc))
     logs.configure(args.log_level, args.log_format)
     try:
-        return asyncio.run(run.watch(settings))
+        return asyncio.run(run.watch(settings, sources=sources))
     except OSError as exc:  # the metrics address or a source's listen address is taken
         print(f"secrets-bridge watch: cannot listen: {exc.strerror or exc}", file=sys.stderr)
         return EXIT_FAILED

@@ -72,7 +72,7 @@ class WatchSettings:
 
 def create_sources(specs: Sequence[SourceSpec]) -> list[Source]:
     """Each source from its store's `changes.create` (loaded here: a store's SDK only when a
-    source of it is asked for)."""
+    source of it is asked for); ValueError names what a source refuses of its arguments."""
     sources: list[Source] = []
     for spec in specs:
         module = importlib.import_module(f"backends.{spec.store}.changes")
@@ -210,7 +210,12 @@ def http_app(watcher: Watcher) -> web.Application:
     return app
 
 
-async def watch(settings: WatchSettings, *, stop: asyncio.Event | None = None) -> int:
+async def watch(
+    settings: WatchSettings,
+    *,
+    stop: asyncio.Event | None = None,
+    sources: Sequence[Source] | None = None,
+) -> int:
     """Run until SIGTERM/SIGINT (or, given, until `stop` is set: tests run several in one
     process); the Lease is released on the way out."""
     loop = asyncio.get_running_loop()
@@ -218,7 +223,7 @@ async def watch(settings: WatchSettings, *, stop: asyncio.Event | None = None) -
     stop = stop or asyncio.Event()
     for sig in signals:
         loop.add_signal_handler(sig, stop.set)
-    watcher = Watcher(settings, create_sources(settings.sources))
+    watcher = Watcher(settings, create_sources(settings.sources) if sources is None else sources)
     host, _, port = settings.metrics_address.rpartition(":")
     runner = web.AppRunner(http_app(watcher), access_log=None)
     await runner.setup()
