@@ -58,10 +58,6 @@ class NodeFeed:
         #: Seconds between checks of the heartbeat's age: a few per --feed-stale-after.
         self._check_every = max(0.5, min(5.0, coverage.stale_after / 6))
 
-    @property
-    def watching(self) -> bool:
-        return self._watch.healthy
-
     async def run(self) -> None:
         checks = asyncio.create_task(self._checks())
         try:

@@ -116,11 +116,6 @@ class Coverage:
             self._sources.setdefault(name, _Source()).state = state
         self.check()
 
-    def lost(self) -> None:
-        """The node's watch relisted after 410 Gone or a restart of the stream: nothing to do
-        here (each document's seq says what was missed); kept for the log."""
-        log.info("change feed: the watch was resumed by a relist")
-
     def check(self) -> None:
         """Cover or uncover each listed scope by the heartbeat's age and its source's state;
         run at every health document and periodically (a heartbeat that stops comes with no
