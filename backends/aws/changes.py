@@ -16,7 +16,7 @@ The events, as AWS documents them (`RULE_PATTERNS` is the rule to create):
 Each becomes `Change("aws", <event's region>, change_name(...))`, the name the dialect gives a
 ref (backends/aws/dialect.py), marked by the event's id. Events of regions outside the source's
 `scopes` and events that are not about a secret are deleted quietly; messages that are not such
-an event at all are deleted and counted (`Counts.skipped`), with one log line a minute that
+an event at all are deleted and counted (`QueueSource.skips`), with one log line a minute that
 never shows them.
 
 One ReceiveMessage at a time (at most `MAX_BATCH` messages, long-polled for `wait` seconds): its
@@ -29,11 +29,9 @@ the queue and nothing of Secrets Manager or SSM.
 
 from __future__ import annotations
 
-import asyncio
 import contextlib
 import json
 import logging
-import time
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from contextlib import AbstractAsyncContextManager
 from dataclasses import dataclass
@@ -43,7 +41,7 @@ from backends.aws.dialect import change_name
 from backends.aws.errors import translated
 from backends.aws.refs import Service
 from backends.clouds.aws import sdk_client
-from provider.core.changes import SOURCE_NAME, Change, Feed
+from provider.core.changes import SOURCE_NAME, Backoff, Change, Feed, Skips
 from provider.core.errors import BridgeError, MissingCredential, StoreUnavailable
 
 log = logging.getLogger("secrets_bridge.aws")
@@ -60,8 +58,6 @@ WAIT_SECONDS = 20
 #: Seconds a received batch stays hidden: publishing it takes far less; after a failed publish
 #: the batch comes back this much later.
 VISIBILITY_SECONDS = 60
-#: Seconds between two log lines about skipped messages.
-LOG_EVERY = 60.0
 
 #: Secrets Manager calls that change what a read or a listing returns (or who may make it).
 EVENT_NAMES = (
@@ -152,8 +148,6 @@ class Counts:
     receives: int = 0
     messages: int = 0
     changes: int = 0
-    #: Not events at all (deleted, logged once a minute).
-    skipped: int = 0
     #: Events of no secret, or of another region (deleted quietly).
     ignored: int = 0
     deleted: int = 0
@@ -193,21 +187,24 @@ class QueueSource:
         self._backoff = backoff
         self._exits = contextlib.AsyncExitStack()
         self._client: Any = None
-        self._logged_at = -LOG_EVERY
-        self._logged_skips = 0
+        #: Messages that are not events at all (deleted, logged once a minute).
+        self.skips = Skips(
+            log,
+            f"aws {name}",
+            "deleted",
+            "messages that are not EventBridge events of Secrets Manager or SSM",
+        )
 
     async def run(self, feed: Feed) -> None:
-        failures = 0
+        backoff = Backoff(*self._backoff)
         while True:
             try:
                 await self._receive_once(feed)
             except BridgeError as exc:
                 feed.down(_reason(exc, self.queue_url))
-                failures += 1
-                low, high = self._backoff
-                await asyncio.sleep(min(high, low * 2 ** min(failures - 1, 16)))
+                await backoff.wait()
             else:
-                failures = 0
+                backoff.reset()
 
     async def close(self) -> None:
         self._client = None
@@ -244,7 +241,7 @@ class QueueSource:
                 change = change_of(body, self.scopes)
                 self.counts.ignored += change is None
             except BadEvent as bad:
-                self._skipped(str(bad))
+                self.skips.add(str(bad))
                 change = None
             handle = message.get("ReceiptHandle")
             if not isinstance(handle, str):
@@ -275,21 +272,6 @@ class QueueSource:
         self.counts.deleted += len(handles) - len(failed)
         if failed:  # delivered again after the visibility timeout: a duplicate, harmless
             log.info("aws %s: %d of %d deletes failed", self.name, len(failed), len(handles))
-
-    def _skipped(self, why: str) -> None:
-        """Count a message that is no event; one log line a minute, never its body."""
-        self.counts.skipped += 1
-        now = time.monotonic()
-        if now - self._logged_at >= LOG_EVERY:
-            log.warning(
-                "aws %s: deleted %d messages that are not EventBridge events of Secrets "
-                "Manager or SSM (%d in all; the last: %s)",
-                self.name,
-                self.counts.skipped - self._logged_skips,
-                self.counts.skipped,
-                why,
-            )
-            self._logged_at, self._logged_skips = now, self.counts.skipped
 
 
 @contextlib.contextmanager

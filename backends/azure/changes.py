@@ -35,7 +35,6 @@ import base64
 import binascii
 import json
 import logging
-import time
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -52,7 +51,7 @@ from azure.storage.queue import QueueMessage
 from azure.storage.queue.aio import QueueClient
 
 from backends.azure.dialect import object_name
-from provider.core.changes import Change, Feed
+from provider.core.changes import Backoff, Change, Feed, Skips
 
 log = logging.getLogger("secrets_bridge.azure")
 # azure-core logs each request's headers at INFO.
@@ -70,8 +69,6 @@ MAX_FIELD = 256
 VISIBILITY = 60
 POLL = 5.0
 MAX_DEQUEUE = 20
-#: Seconds between two log lines about skipped messages.
-LOG_EVERY = 60.0
 PREFIX = "Microsoft.KeyVault."
 #: Key Vault events that announce no new value.
 QUIET = frozenset(
@@ -147,7 +144,6 @@ class Counts:
     receives: int = 0
     messages: int = 0
     changes: int = 0
-    skipped: int = 0
     deleted: int = 0
     publish_failures: int = 0
 
@@ -186,20 +182,20 @@ class QueueSource:
         self._poll = poll
         self._max_dequeue = max_dequeue
         self._backoff = backoff
-        self._logged_at = -LOG_EVERY
-        self._logged_skips = 0
+        #: Messages deleted unread, logged once a minute.
+        self.skips = Skips(
+            log, f"azure {name}", "deleted", "messages that are no Key Vault event to publish"
+        )
 
     async def run(self, feed: Feed) -> None:
-        failures = 0
+        backoff = Backoff(*self._backoff)
         while True:
             problem = await self._receive_once(feed)
             if problem is None:
-                failures = 0
+                backoff.reset()
                 continue
             feed.down(f"queue {self._client.queue_name}: {problem}")
-            failures += 1
-            low, high = self._backoff
-            await asyncio.sleep(min(high, low * 2 ** min(failures - 1, 16)))
+            await backoff.wait()
 
     async def close(self) -> None:
         await self._client.close()
@@ -260,7 +256,7 @@ class QueueSource:
     def _changes(self, message: QueueMessage) -> list[Change]:
         """The changes a message announces; none (and counted) for one to delete unread."""
         if (message.dequeue_count or 0) > self._max_dequeue:
-            self._skipped(f"delivered over {self._max_dequeue} times")
+            self.skips.add(f"delivered over {self._max_dequeue} times")
             return []
         found: list[Change] = []
         try:
@@ -270,24 +266,9 @@ class QueueSource:
                     raise BadEvent("a vault the source does not cover")
                 found.extend(changes)
         except BadEvent as bad:
-            self._skipped(str(bad))
+            self.skips.add(str(bad))
             return []
         return found
-
-    def _skipped(self, why: str) -> None:
-        """Count a message deleted unread; one log line a minute, never its body."""
-        self.counts.skipped += 1
-        now = time.monotonic()
-        if now - self._logged_at >= LOG_EVERY:
-            log.warning(
-                "azure %s: deleted %d messages that are no Key Vault event to publish "
-                "(%d in all; the last: %s)",
-                self.name,
-                self.counts.skipped - self._logged_skips,
-                self.counts.skipped,
-                why,
-            )
-            self._logged_at, self._logged_skips = now, self.counts.skipped
 
 
 def _reason(exc: AzureError) -> str:

@@ -33,7 +33,6 @@ from __future__ import annotations
 import asyncio
 import logging
 import re
-import time
 from collections.abc import Awaitable, Callable, Iterable, Sequence
 from dataclasses import dataclass
 
@@ -49,7 +48,7 @@ from google.pubsub_v1.types import pubsub
 from backends.gcp.client import proxy_options
 from backends.gcp.dialect import secret_subject
 from backends.proxies import Proxies
-from provider.core.changes import Change, Feed
+from provider.core.changes import Backoff, Change, Feed, Skips
 
 log = logging.getLogger("secrets_bridge.gcp")
 # The generated client logs requests and responses whenever its logger allows DEBUG.
@@ -72,8 +71,6 @@ MAX_ATTRIBUTE = 1024
 PULL_TIMEOUT = 25.0
 #: Seconds of an Acknowledge.
 ACK_TIMEOUT = 10.0
-#: Seconds between two log lines about skipped messages.
-LOG_EVERY = 60.0
 QUIET = frozenset({"TOPIC_CONFIGURED"})
 _EVENT = re.compile(r"[A-Z][A-Z_]{0,63}")
 _SUBSCRIPTION = re.compile(r"projects/[\w.:-]{1,100}/subscriptions/[A-Za-z][\w.~+%-]{2,254}")
@@ -118,7 +115,6 @@ class Counts:
     pulls: int = 0
     messages: int = 0
     changes: int = 0
-    skipped: int = 0
     acked: int = 0
     publish_failures: int = 0
 
@@ -158,24 +154,24 @@ class SubscriptionSource:
         self._timeout = timeout
         self._backoff = backoff
         self._channel: grpc.aio.Channel | None = None
-        self._logged_at = -LOG_EVERY
-        self._logged_skips = 0
+        #: Messages acknowledged unread, logged once a minute.
+        self.skips = Skips(
+            log, f"gcp {name}", "acknowledged", "messages that are not Secret Manager notifications"
+        )
 
     async def run(self, feed: Feed) -> None:
         client = None
-        failures = 0
+        backoff = Backoff(*self._backoff)
         while True:
             if client is None:
                 client, problem = await self._client()
             if client is not None:
                 problem = await self._pull_once(client, feed)
             if problem is None:
-                failures = 0
+                backoff.reset()
                 continue
             feed.down(f"subscription {self.subscription}: {problem}")
-            failures += 1
-            low, high = self._backoff
-            await asyncio.sleep(min(high, low * 2 ** min(failures - 1, 16)))
+            await backoff.wait()
 
     async def close(self) -> None:
         if self._channel is not None:
@@ -234,7 +230,7 @@ class SubscriptionSource:
             try:
                 change = change_of(item.message)
             except BadNotification as bad:
-                self._skipped(str(bad))
+                self.skips.add(str(bad))
                 change = None
             if change is None:
                 spare.append(item.ack_id)
@@ -263,21 +259,6 @@ class SubscriptionSource:
             return f"acknowledging: {_reason(exc.grpc_status_code)} (the batch is delivered again)"
         self.counts.acked += len(ack_ids)
         return None
-
-    def _skipped(self, why: str) -> None:
-        """Count a message that is no notification; one log line a minute, never its body."""
-        self.counts.skipped += 1
-        now = time.monotonic()
-        if now - self._logged_at >= LOG_EVERY:
-            log.warning(
-                "gcp %s: acknowledged %d messages that are not Secret Manager notifications "
-                "(%d in all; the last: %s)",
-                self.name,
-                self.counts.skipped - self._logged_skips,
-                self.counts.skipped,
-                why,
-            )
-            self._logged_at, self._logged_skips = now, self.counts.skipped
 
 
 def _reason(code: grpc.StatusCode | None) -> str:

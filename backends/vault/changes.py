@@ -45,7 +45,7 @@ from typing import Any
 import aiohttp
 
 from backends.vault.dialect import kv_name
-from provider.core.changes import Change, Feed
+from provider.core.changes import Backoff, Change, Feed, Skips
 
 log = logging.getLogger("secrets_bridge.vault")
 
@@ -59,8 +59,6 @@ READ_CHUNK = 64 * 1024
 MAX_BATCH = 128
 MAX_PENDING = 4096
 MAX_CONNECTIONS = 8
-#: Seconds between two log lines about skipped input.
-LOG_EVERY = 60.0
 MAX_TOKEN_FILE = 8192
 CANARY_PREFIX = "cubbyhole/secrets-bridge-canary/"
 WRITES = frozenset({"create", "update", "patch", "delete"})
@@ -147,7 +145,6 @@ class Canary:
 class Counts:
     entries: int = 0
     changes: int = 0
-    skipped: int = 0
     overlong: int = 0
     evicted: int = 0
     dropped: int = 0
@@ -186,8 +183,13 @@ class AuditSource:
         self._awaited: dict[str, asyncio.Future[None]] = {}
         #: Changes were dropped: down until the backlog is published.
         self._dropping = False
-        self._logged_at = -LOG_EVERY
-        self._logged_skips = 0
+        #: Lines that are not audit entries (overlong ones too), logged once a minute.
+        self.skips = Skips(
+            log,
+            "vault audit stream",
+            "skipped",
+            f"lines that are not JSON audit entries of at most {max_line} bytes",
+        )
 
     async def start(self) -> tuple[str, int]:
         """Listen (once); returns the address bound (port 0 picks one)."""
@@ -239,7 +241,7 @@ class AuditSource:
                 read = sum(self._entry(line) for line in lines.feed(data))
                 if lines.overlong > overlong:
                     self.counts.overlong += lines.overlong - overlong
-                    self._skipped(lines.overlong - overlong)
+                    self.skips.add("over the size", lines.overlong - overlong)
                 if read and self._canary is None:
                     self._up()
         except OSError:
@@ -259,7 +261,7 @@ class AuditSource:
         except (ValueError, RecursionError):
             entry = None
         if not isinstance(entry, dict):
-            self._skipped(1)
+            self.skips.add("not a JSON object")
             return False
         self.counts.entries += 1
         if self._awaited:
@@ -282,21 +284,6 @@ class AuditSource:
         self._pending[change.name] = change
         self._wake.set()
 
-    def _skipped(self, count: int) -> None:
-        """Count lines that are not audit entries; one log line a minute, never their text."""
-        self.counts.skipped += count
-        now = time.monotonic()
-        if now - self._logged_at >= LOG_EVERY:
-            log.warning(
-                "vault audit stream: skipped %d lines that are not JSON audit entries of at "
-                "most %d bytes (%d in all, %d over the size)",
-                self.counts.skipped - self._logged_skips,
-                self._max_line,
-                self.counts.skipped,
-                self.counts.overlong,
-            )
-            self._logged_at, self._logged_skips = now, self.counts.skipped
-
     def _up(self) -> None:
         if self._feed is not None and not self._dropping:
             self._feed.up()
@@ -304,7 +291,7 @@ class AuditSource:
     # -- publishing ----------------------------------------------------------------------------
 
     async def _publish_loop(self, feed: Feed) -> None:
-        backoff = 0.5
+        backoff = Backoff(0.5, 30.0)
         while True:
             await self._wake.wait()
             self._wake.clear()
@@ -316,10 +303,9 @@ class AuditSource:
                 except Exception as exc:  # the feed says why; the batch waits for the next try
                     log.warning("vault audit stream: publishing %d changes: %s", len(batch), exc)
                     self._pending = {**{c.name: c for c in batch}, **self._pending}
-                    await asyncio.sleep(backoff)
-                    backoff = min(backoff * 2, 30.0)
+                    await backoff.wait()
                     continue
-                backoff = 0.5
+                backoff.reset()
             if self._dropping:
                 self._dropping = False
                 if self._canary is None:

@@ -23,9 +23,12 @@ the API server, and a document that does not parse is ignored, never trusted in 
 
 from __future__ import annotations
 
+import asyncio
 import hashlib
 import json
+import logging
 import re
+import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Protocol, TypeGuard, TypeVar
@@ -333,3 +336,49 @@ def _text(body: Mapping[str, Any], key: str, limit: int, *, required: bool = Tru
 
 def _count(value: object) -> TypeGuard[int]:
     return isinstance(value, int) and not isinstance(value, bool) and 0 <= value < 2**62
+
+
+#: Seconds between two of a source's log lines about what it dropped unread.
+SKIPS_EVERY = 60.0
+
+
+class Skips:
+    """What a source drops unread (messages, lines that are no event): counted in `count`, and
+    said at most once every `every` seconds, in one warning that names the source (`who`), what
+    it did with them (`verb`: deleted, acknowledged, skipped) and what they are (`what`), with
+    the reason of the last one. Their text is never shown: events are untrusted input."""
+
+    def __init__(
+        self, log: logging.Logger, who: str, verb: str, what: str, every: float = SKIPS_EVERY
+    ) -> None:
+        self.count = 0
+        self._log = log
+        self._said = f"{who}: {verb} %d {what} (%d in all; the last: %s)"
+        self._every = every
+        self._said_at = -every
+        self._said_count = 0
+
+    def add(self, why: str, count: int = 1) -> None:
+        """Count `count` dropped for `why` (a secret-free reason); warn if a minute passed."""
+        self.count += count
+        now = time.monotonic()
+        if now - self._said_at >= self._every:
+            self._log.warning(self._said, self.count - self._said_count, self.count, why)
+            self._said_at, self._said_count = now, self.count
+
+
+class Backoff:
+    """The wait after a failed poll or publish: `low` seconds, doubled with each failure in a
+    row up to `high`; a success (`reset`) starts again from `low`."""
+
+    def __init__(self, low: float, high: float) -> None:
+        self._low, self._high = low, high
+        self._failures = 0
+
+    async def wait(self) -> None:
+        """Sleep after one more failure."""
+        self._failures += 1
+        await asyncio.sleep(min(self._high, self._low * 2 ** min(self._failures - 1, 16)))
+
+    def reset(self) -> None:
+        self._failures = 0

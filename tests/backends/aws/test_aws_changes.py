@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import json
-from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
+from collections.abc import AsyncIterator, Awaitable, Callable
 from typing import Any
 
 import pytest
@@ -21,6 +21,7 @@ from backends.aws.changes import (
     create,
 )
 from backends.aws.options import Options
+from devkit.feeds import RecordingFeed
 from devkit.moto import ACCOUNT, CountingProxy, MotoServer
 from devkit.ports import free_port
 from provider.core.changes import Change, Subject
@@ -30,34 +31,6 @@ from tests.backends.aws.conftest import REGION
 
 Event = dict[str, Any]
 SM_ARN = f"arn:aws:secretsmanager:{REGION}:{ACCOUNT}:secret:app/db-AbC123"
-
-
-class Recording:
-    """A feed that keeps what it is handed; `failing` publishes raise first."""
-
-    def __init__(self, failing: int = 0) -> None:
-        self.batches: list[list[Change]] = []
-        self.attempts = 0
-        self.failing = failing
-        self.ups = 0
-        self.downs: list[str] = []
-
-    async def publish(self, changes: Sequence[Change]) -> None:
-        self.attempts += 1
-        if self.failing:
-            self.failing -= 1
-            raise RuntimeError("the records document could not be written")
-        self.batches.append(list(changes))
-
-    def up(self) -> None:
-        self.ups += 1
-
-    def down(self, reason: str) -> None:
-        self.downs.append(reason)
-
-    @property
-    def names(self) -> list[str]:
-        return [change.name for batch in self.batches for change in batch]
 
 
 def cloudtrail(name: str, secret_id: str, *, key: str = "secretId", **detail: Any) -> Event:
@@ -127,7 +100,7 @@ def queue(moto: MotoServer) -> str:
     return url
 
 
-Running = Callable[..., Awaitable[tuple[QueueSource, Recording]]]
+Running = Callable[..., Awaitable[tuple[QueueSource, RecordingFeed]]]
 
 
 @pytest.fixture
@@ -137,12 +110,12 @@ async def running(moto: MotoServer) -> AsyncIterator[Running]:
 
     async def start(
         queue_url: str,
-        feed: Recording,
-        until: Callable[[Recording], bool],
+        feed: RecordingFeed,
+        until: Callable[[RecordingFeed], bool],
         *,
         seconds: float = 8.0,
         **kwargs: Any,
-    ) -> tuple[QueueSource, Recording]:
+    ) -> tuple[QueueSource, RecordingFeed]:
         kwargs.setdefault("endpoint", moto.url)
         source = create(queue_url=queue_url, region=REGION, wait=1, **kwargs)
         task = asyncio.create_task(source.run(feed))
@@ -206,13 +179,13 @@ async def test_aws_eventbridge_rules_route_the_documented_events_to_the_queue(
     assert not events.put_events(Entries=entries).get("FailedEntryCount")
 
     source, feed = await running(
-        queue, Recording(), lambda f: len(f.names) == 3 and not left(moto, queue)
+        queue, RecordingFeed(), lambda f: len(f.names) == 3 and not left(moto, queue)
     )
 
     assert sorted(feed.names) == ["sm:app/db", "sm:app/rotated", "ssm:app/config/url"]
     assert {change.scope for batch in feed.batches for change in batch} == {REGION}
     assert feed.ups >= 1 and not feed.downs
-    assert source.counts.skipped == 0
+    assert source.skips.count == 0
     assert left(moto, queue) == 0
 
 
@@ -243,7 +216,7 @@ async def test_aws_each_documented_event_sent_to_the_queue_names_its_secret(
     moto: MotoServer, queue: str, running: Running, event: Event, name: str
 ) -> None:
     send(moto, queue, event)
-    _, feed = await running(queue, Recording(), lambda f: bool(f.batches))
+    _, feed = await running(queue, RecordingFeed(), lambda f: bool(f.batches))
     assert feed.batches == [[Change("aws", REGION, name, event["id"])]]
 
 
@@ -252,14 +225,14 @@ async def test_aws_publish_that_raises_leaves_the_batch_for_redelivery(
 ) -> None:
     send(moto, queue, cloudtrail("PutSecretValue", "app/db"), "not json at all")
     source, feed = await running(
-        queue, Recording(failing=1), lambda f: f.attempts >= 1, visibility=2
+        queue, RecordingFeed(refuse=1), lambda f: f.attempts >= 1, visibility=2
     )
     async with asyncio.timeout(2):
         while not source.counts.deleted:
             await asyncio.sleep(0.02)
     # The change stays in the queue (hidden for the visibility timeout); the bad one is gone.
     assert feed.batches == [] and source.counts.publish_failures == 1
-    assert source.counts.skipped == source.counts.deleted == 1
+    assert source.skips.count == source.counts.deleted == 1
     assert left(moto, queue) == 1
 
     # Once the visibility timeout ends, SQS delivers it again and this publish goes through.
@@ -290,9 +263,9 @@ async def test_aws_messages_that_are_no_event_are_deleted_and_counted(
     ]
     send(moto, queue, *bodies, *quiet, parameter_change("/app/after"))
     source, _ = await running(
-        queue, Recording(), lambda f: f.names == ["ssm:app/after"] and not left(moto, queue)
+        queue, RecordingFeed(), lambda f: f.names == ["ssm:app/after"] and not left(moto, queue)
     )
-    assert source.counts.skipped == 7 and source.counts.ignored == len(quiet)
+    assert source.skips.count == 7 and source.counts.ignored == len(quiet)
     assert source.counts.deleted == len(bodies) + len(quiet) + 1
     lines = [r.getMessage() for r in caplog.records if "not EventBridge events" in r.getMessage()]
     assert len(lines) == 1  # one line a minute, whatever the number
@@ -313,7 +286,7 @@ async def test_aws_a_flood_is_read_in_bounded_batches(
             ],
         )
     send(moto, queue, *[parameter_change("/flood/0")] * 3)  # repeats of one parameter
-    source, feed = await running(queue, Recording(), lambda f: not left(moto, queue))
+    source, feed = await running(queue, RecordingFeed(), lambda f: not left(moto, queue))
     assert all(0 < len(batch) <= MAX_BATCH for batch in feed.batches)
     assert set(feed.names) == {f"ssm:flood/{i}" for i in range(35)}
     assert source.counts.messages == 38 and source.counts.receives >= 4
@@ -322,14 +295,14 @@ async def test_aws_a_flood_is_read_in_bounded_batches(
 async def test_aws_a_queue_that_does_not_answer_is_down(queue: str, running: Running) -> None:
     closed = f"http://127.0.0.1:{free_port()}"
     _, feed = await running(
-        queue, Recording(), lambda f: len(f.downs) >= 2, endpoint=closed, backoff=(0.05, 0.1)
+        queue, RecordingFeed(), lambda f: len(f.downs) >= 2, endpoint=closed, backoff=(0.05, 0.1)
     )
     assert feed.ups == 0 and "unreachable" in feed.downs[0] and "changes" in feed.downs[0]
 
 
 async def test_aws_a_queue_that_does_not_exist_is_down(moto: MotoServer, running: Running) -> None:
     missing = f"{moto.url}/{ACCOUNT}/no-such-queue"
-    _, feed = await running(missing, Recording(), lambda f: bool(f.downs), backoff=(0.05, 0.1))
+    _, feed = await running(missing, RecordingFeed(), lambda f: bool(f.downs), backoff=(0.05, 0.1))
     assert feed.ups == 0 and "no-such-queue" in feed.downs[0]
 
 
@@ -338,7 +311,7 @@ async def test_aws_a_queue_the_watcher_may_not_read_is_down(
 ) -> None:
     proxy.deny_operations.add("ReceiveMessage")
     _, feed = await running(
-        queue, Recording(), lambda f: bool(f.downs), endpoint=proxy.url, backoff=(0.05, 0.1)
+        queue, RecordingFeed(), lambda f: bool(f.downs), endpoint=proxy.url, backoff=(0.05, 0.1)
     )
     assert feed.ups == 0 and "denied" in feed.downs[0] and "sqs:ReceiveMessage" in feed.downs[0]
 

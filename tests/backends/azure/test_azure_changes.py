@@ -25,6 +25,7 @@ from backends.azure.dialect import AzureStore, subject
 from backends.azure.objects import AzureRef
 from backends.azure.selectors import AzureSelection
 from devkit.azurite import AzuriteQueue, azurite_queue
+from devkit.feeds import RecordingFeed
 from provider.core.changes import Change, Subject
 
 VAULT = "Team-Vault"
@@ -32,36 +33,19 @@ STORE = AzureStore("Team-Vault", "tenant.example", "AzurePublicCloud", "", "work
 TOPIC = "/subscriptions/s/resourceGroups/rg/providers/Microsoft.KeyVault/vaults/Team-Vault"
 
 
-class RecordingFeed:
-    """The watcher's side of a source; each publish also notes how many messages the queue
-    still held (none may be deleted before it returned)."""
+class HeldFeed(RecordingFeed):
+    """A recording feed whose each publish also notes how many messages the queue still held
+    (none may be deleted before it returned)."""
 
     def __init__(self, client: QueueClient) -> None:
+        super().__init__()
         self.client = client
-        self.batches: list[list[Change]] = []
         self.held_at_publish: list[int] = []
-        self.ups = 0
-        self.downs: list[str] = []
-        #: Publishes to refuse (the records did not reach the feed).
-        self.refuse = 0
-
-    @property
-    def changes(self) -> list[Change]:
-        return [c for batch in self.batches for c in batch]
 
     async def publish(self, changes: Sequence[Change]) -> None:
         properties = await self.client.get_queue_properties()
         self.held_at_publish.append(properties.approximate_message_count)
-        if self.refuse:
-            self.refuse -= 1
-            raise RuntimeError("the records document was not updated")
-        self.batches.append(list(changes))
-
-    def up(self) -> None:
-        self.ups += 1
-
-    def down(self, reason: str) -> None:
-        self.downs.append(reason)
+        await super().publish(changes)
 
 
 def event(kind: str, object_type: str, name: str, *, cloud: bool = False) -> dict[str, Any]:
@@ -115,7 +99,7 @@ class Rig:
         self.connection = tmp_path / "connection-string"
         self.connection.write_text(azurite.connection_string)
         self.client = QueueClient.from_connection_string(azurite.connection_string, self.queue)
-        self.feed = RecordingFeed(self.client)
+        self.feed = HeldFeed(self.client)
         self.source: QueueSource | None = None
         self.task: asyncio.Task[None] | None = None
 
@@ -194,7 +178,7 @@ async def test_events_are_published_then_deleted(rig: Rig) -> None:
     # Every message was still in the queue while its batch was published.
     assert rig.feed.held_at_publish and min(rig.feed.held_at_publish) >= 1
     assert sum(rig.feed.held_at_publish[:1]) == 5
-    assert source.counts.deleted == 5 and source.counts.skipped == 0
+    assert source.counts.deleted == 5 and source.skips.count == 0
     assert rig.feed.ups >= 1 and not rig.feed.downs
 
 
@@ -218,7 +202,7 @@ async def test_a_message_delivered_too_often_is_deleted_unread(rig: Rig) -> None
     await rig.send(delivered(event("SecretNewVersionCreated", "Secret", "db-pass")))
     source = rig.start(visibility=1, max_dequeue=2)
     await eventually(lambda: _empty(rig))
-    assert source.counts.publish_failures == 2 and source.counts.skipped == 1
+    assert source.counts.publish_failures == 2 and source.skips.count == 1
     assert not rig.feed.changes
 
 
@@ -243,7 +227,7 @@ async def test_bad_messages_are_deleted_counted_and_never_logged(
         source = rig.start()
         await eventually(lambda: _empty(rig))
     assert not rig.feed.changes
-    assert source.counts.skipped == 7 and source.counts.deleted == 8
+    assert source.skips.count == 7 and source.counts.deleted == 8
     assert secret_text not in caplog.text
     assert len([r for r in caplog.records if "deleted" in r.getMessage()]) == 1
 

@@ -29,6 +29,7 @@ from backends.gcp import changes
 from backends.gcp.changes import SubscriptionSource, change_of
 from backends.gcp.dialect import GcpRef, GcpStore, subject
 from backends.gcp.selection import GcpSelection
+from devkit.feeds import RecordingFeed
 from devkit.pubsub import FakePubSub, start_pubsub
 from provider.core.changes import Change, Subject
 
@@ -38,33 +39,6 @@ SUBSCRIPTION = "projects/watch-proj/subscriptions/secrets-bridge"
 PROJECT_ID, PROJECT_NUMBER = "my-proj", "123456789012"
 TOKEN = "ya29.watcher"
 STORE = GcpStore(auth="pod-adc", auth_explicit=False, audience=None)
-
-
-class RecordingFeed:
-    """The watcher's side of a source: what it was handed."""
-
-    def __init__(self) -> None:
-        self.batches: list[list[Change]] = []
-        self.ups = 0
-        self.downs: list[str] = []
-        #: Publishes to refuse (the records did not reach the feed).
-        self.refuse = 0
-
-    @property
-    def changes(self) -> list[Change]:
-        return [c for batch in self.batches for c in batch]
-
-    async def publish(self, changes: Sequence[Change]) -> None:
-        if self.refuse:
-            self.refuse -= 1
-            raise RuntimeError("the records document was not updated")
-        self.batches.append(list(changes))
-
-    def up(self) -> None:
-        self.ups += 1
-
-    def down(self, reason: str) -> None:
-        self.downs.append(reason)
 
 
 @dataclass
@@ -255,7 +229,7 @@ async def test_bad_messages_are_acknowledged_counted_and_never_logged(
     with caplog.at_level(logging.WARNING, logger="secrets_bridge.gcp"):
         await until(lambda: rig.fake.outstanding(SUBSCRIPTION) == 0)
     assert [c.name for c in rig.feed.changes] == ["secrets/db"]
-    assert rig.source.counts.skipped == 4 and rig.fake.counts.acked == 6
+    assert rig.source.skips.count == 4 and rig.fake.counts.acked == 6
     assert body not in caplog.text
     assert len([r for r in caplog.records if "not Secret Manager notifications" in r.message]) == 1
     assert rig.fake.counts.redelivered == 0
@@ -302,7 +276,7 @@ async def test_a_large_message_halves_the_batch_until_it_fits(
         rig.fake.advance(10)  # leases of refused answers run out
     assert rig.fake.outstanding(SUBSCRIPTION) == 0
     assert any("RESOURCE_EXHAUSTED" in d for d in rig.feed.downs)
-    assert rig.source.counts.skipped >= 4 and {c.name for c in rig.feed.changes} == {"secrets/db"}
+    assert rig.source.skips.count >= 4 and {c.name for c in rig.feed.changes} == {"secrets/db"}
 
 
 # -- Pub/Sub's checks and outages --------------------------------------------------------------

@@ -22,37 +22,11 @@ from backends.vault.dialect import VaultStore, parse, subject
 from backends.vault.objects import VaultRef
 from backends.vault.options import Options
 from backends.vault.selectors import VaultSelection
+from devkit.feeds import RecordingFeed
 from devkit.openbao import ROOT_TOKEN, OpenBao
 from devkit.ports import closed_url, free_port
 from provider.core.changes import Change, Subject
 from provider.core.model import ParseContext
-
-
-class RecordingFeed:
-    """The watcher's side of a source: what it was handed."""
-
-    def __init__(self) -> None:
-        self.changes: list[Change] = []
-        self.ups = 0
-        self.downs: list[str] = []
-        #: Publishes to refuse (the records did not reach the feed).
-        self.refuse = 0
-
-    async def publish(self, changes: Sequence[Change]) -> None:
-        if self.refuse:
-            self.refuse -= 1
-            raise RuntimeError("the records document was not written")
-        self.changes.extend(changes)
-
-    def up(self) -> None:
-        self.ups += 1
-
-    def down(self, reason: str) -> None:
-        self.downs.append(reason)
-
-    @property
-    def names(self) -> list[str]:
-        return [c.name for c in self.changes]
 
 
 @pytest.fixture(scope="module")
@@ -324,7 +298,7 @@ async def test_hostile_input_is_bounded_and_skipped() -> None:
         await writer.drain()
         await until(lambda: feed.names == ["secret/forged"], "the well-formed entry")
         assert source.counts.overlong == 1
-        assert source.counts.skipped == 5  # 3 not objects, 1 too deep, 1 too long
+        assert source.skips.count == 5  # 3 not objects, 1 too deep, 1 too long
         assert source.counts.entries == 2
         assert feed.ups >= 1  # without a canary, entries read are the sign of life
 
