@@ -41,7 +41,7 @@ from backends.aws.dialect import change_name
 from backends.aws.errors import translated
 from backends.aws.refs import Service
 from backends.clouds.aws import sdk_client
-from provider.core.changes import SOURCE_NAME, Backoff, Change, Feed, Skips
+from provider.core.changes import SOURCE_NAME, Backoff, Change, Feed, PullCounts, Skips
 from provider.core.errors import BridgeError, MissingCredential, StoreUnavailable
 
 log = logging.getLogger("secrets_bridge.aws")
@@ -144,14 +144,9 @@ def _named(source: object, kind: str, detail: dict[str, Any]) -> tuple[Service, 
 
 
 @dataclass
-class Counts:
-    receives: int = 0
-    messages: int = 0
-    changes: int = 0
+class Counts(PullCounts):
     #: Events of no secret, or of another region (deleted quietly).
     ignored: int = 0
-    deleted: int = 0
-    publish_failures: int = 0
 
 
 class QueueSource:
@@ -251,15 +246,8 @@ class QueueSource:
                 continue
             announcing.append(handle)
             changes[change.scope, change.name] = change  # repeats of one secret: one record
-        if changes:
-            try:
-                await feed.publish(list(changes.values()))
-            except Exception as exc:  # the feed says why; SQS delivers the batch again
-                self.counts.publish_failures += 1
-                log.warning("aws %s: publishing %d changes: %s", self.name, len(changes), exc)
-                announcing = []
-            else:
-                self.counts.changes += len(changes)
+        if not await self.counts.published(feed, changes.values(), log, f"aws {self.name}"):
+            announcing = []  # SQS delivers them again after the visibility timeout
         await self._delete(sqs, [*announcing, *spare])
 
     async def _delete(self, sqs: Any, handles: Sequence[str]) -> None:
@@ -269,7 +257,7 @@ class QueueSource:
         with _sqs_call(f"SQS DeleteMessageBatch on {self.queue_url}"):
             answer = await sqs.delete_message_batch(QueueUrl=self.queue_url, Entries=entries)
         failed = answer.get("Failed") or []
-        self.counts.deleted += len(handles) - len(failed)
+        self.counts.acknowledged += len(handles) - len(failed)
         if failed:  # delivered again after the visibility timeout: a duplicate, harmless
             log.info("aws %s: %d of %d deletes failed", self.name, len(failed), len(handles))
 

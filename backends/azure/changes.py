@@ -36,7 +36,6 @@ import binascii
 import json
 import logging
 from collections.abc import Iterable, Sequence
-from dataclasses import dataclass
 from typing import Any
 from urllib.parse import urlsplit
 
@@ -51,7 +50,7 @@ from azure.storage.queue import QueueMessage
 from azure.storage.queue.aio import QueueClient
 
 from backends.azure.dialect import object_name
-from provider.core.changes import Backoff, Change, Feed, Skips
+from provider.core.changes import Backoff, Change, Feed, PullCounts, Skips
 
 log = logging.getLogger("secrets_bridge.azure")
 # azure-core logs each request's headers at INFO.
@@ -139,15 +138,6 @@ def changes_of(event: dict[str, Any]) -> tuple[str, list[Change]]:
     return vault, [Change.of(STORE, vault, object_name(k, name), marker) for k in kinds]
 
 
-@dataclass
-class Counts:
-    receives: int = 0
-    messages: int = 0
-    changes: int = 0
-    deleted: int = 0
-    publish_failures: int = 0
-
-
 class QueueSource:
     """The `Source` of one Storage queue an Event Grid subscription of Key Vaults feeds."""
 
@@ -174,7 +164,7 @@ class QueueSource:
             raise ValueError("a queue source covers at least one Key Vault")
         if not 1 <= batch <= MAX_BATCH:
             raise ValueError(f"batch: expected 1..{MAX_BATCH} messages")
-        self.counts = Counts()
+        self.counts = PullCounts()
         self._client = client
         self._credential = credential
         self._batch = batch
@@ -234,15 +224,8 @@ class QueueSource:
                     changes[change.name] = change  # repeats of one object: one record
             else:
                 spare.append(message)
-        if changes:
-            try:
-                await feed.publish(list(changes.values()))
-            except Exception as exc:  # the feed says why; the messages are delivered again
-                self.counts.publish_failures += 1
-                log.warning("azure %s: publishing %d changes: %s", self.name, len(changes), exc)
-                announcing = []
-            else:
-                self.counts.changes += len(changes)
+        if not await self.counts.published(feed, changes.values(), log, f"azure {self.name}"):
+            announcing = []  # they reappear after the visibility timeout
         for message in [*announcing, *spare]:
             try:
                 await self._client.delete_message(message)
@@ -250,7 +233,7 @@ class QueueSource:
                 pass  # deleted already, or its receipt expired: it is delivered again
             except AzureError as exc:
                 return f"deleting: {_reason(exc)} (the batch is delivered again)"
-            self.counts.deleted += 1
+            self.counts.acknowledged += 1
         return None
 
     def _changes(self, message: QueueMessage) -> list[Change]:

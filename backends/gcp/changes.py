@@ -34,7 +34,6 @@ import asyncio
 import logging
 import re
 from collections.abc import Awaitable, Callable, Iterable, Sequence
-from dataclasses import dataclass
 
 import google.auth
 import google.auth.exceptions
@@ -48,7 +47,7 @@ from google.pubsub_v1.types import pubsub
 from backends.gcp.client import proxy_options
 from backends.gcp.dialect import secret_subject
 from backends.proxies import Proxies
-from provider.core.changes import Backoff, Change, Feed, Skips
+from provider.core.changes import Backoff, Change, Feed, PullCounts, Skips
 
 log = logging.getLogger("secrets_bridge.gcp")
 # The generated client logs requests and responses whenever its logger allows DEBUG.
@@ -110,15 +109,6 @@ def change_of(message: pubsub.PubsubMessage) -> Change | None:
     return Change.of(STORE, project, name, f"{event} {version}".strip())
 
 
-@dataclass
-class Counts:
-    pulls: int = 0
-    messages: int = 0
-    changes: int = 0
-    acked: int = 0
-    publish_failures: int = 0
-
-
 class SubscriptionSource:
     """The `Source` of one Pub/Sub subscription of Secret Manager notifications."""
 
@@ -148,7 +138,7 @@ class SubscriptionSource:
         if not self.scopes:
             raise ValueError("a subscription source covers at least one project")
         self.subscription = subscription
-        self.counts = Counts()
+        self.counts = PullCounts()
         self._connect = connect
         self._batch = self._size = batch
         self._timeout = timeout
@@ -189,7 +179,7 @@ class SubscriptionSource:
 
     async def _pull_once(self, client: SubscriberAsyncClient, feed: Feed) -> str | None:
         """One Pull and what follows it; the reason it failed, or None."""
-        self.counts.pulls += 1
+        self.counts.receives += 1
         asked = self._size
         try:
             response = await client.pull(
@@ -237,15 +227,8 @@ class SubscriptionSource:
                 continue
             announcing.append(item.ack_id)
             changes[change.name] = change  # duplicates and repeats of one secret: one record
-        if changes:
-            try:
-                await feed.publish(list(changes.values()))
-            except Exception as exc:  # the feed says why; the lease runs out, Pub/Sub redelivers
-                self.counts.publish_failures += 1
-                log.warning("gcp %s: publishing %d changes: %s", self.name, len(changes), exc)
-                announcing = []
-            else:
-                self.counts.changes += len(changes)
+        if not await self.counts.published(feed, changes.values(), log, f"gcp {self.name}"):
+            announcing = []  # their lease runs out, and Pub/Sub delivers them again
         ack_ids = [*announcing, *spare]
         if not ack_ids:
             return None
@@ -257,7 +240,7 @@ class SubscriptionSource:
             )
         except exceptions.GoogleAPICallError as exc:
             return f"acknowledging: {_reason(exc.grpc_status_code)} (the batch is delivered again)"
-        self.counts.acked += len(ack_ids)
+        self.counts.acknowledged += len(ack_ids)
         return None
 
 

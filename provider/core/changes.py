@@ -29,7 +29,7 @@ import json
 import logging
 import re
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Collection, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Protocol, TypeGuard, TypeVar
 
@@ -382,3 +382,32 @@ class Backoff:
 
     def reset(self) -> None:
         self._failures = 0
+
+
+@dataclass
+class PullCounts:
+    """What a pull source (a queue, a subscription) has done, for its tests and the log."""
+
+    receives: int = 0
+    messages: int = 0
+    changes: int = 0
+    #: Messages deleted from the queue or acknowledged to the subscription.
+    acknowledged: int = 0
+    publish_failures: int = 0
+
+    async def published(
+        self, feed: Feed, changes: Collection[Change], log: logging.Logger, who: str
+    ) -> bool:
+        """Publish a batch's changes (none: nothing to do); False, counted and logged with the
+        feed's reason, when the feed refused them: then only the messages that announced no
+        change may be acknowledged, and the rest are delivered again."""
+        if not changes:
+            return True
+        try:
+            await feed.publish(list(changes))
+        except Exception as exc:  # the feed says why; the store delivers the messages again
+            self.publish_failures += 1
+            log.warning("%s: publishing %d changes: %s", who, len(changes), exc)
+            return False
+        self.changes += len(changes)
+        return True

@@ -228,11 +228,11 @@ async def test_aws_publish_that_raises_leaves_the_batch_for_redelivery(
         queue, RecordingFeed(refuse=1), lambda f: f.attempts >= 1, visibility=2
     )
     async with asyncio.timeout(2):
-        while not source.counts.deleted:
+        while not source.counts.acknowledged:
             await asyncio.sleep(0.02)
     # The change stays in the queue (hidden for the visibility timeout); the bad one is gone.
     assert feed.batches == [] and source.counts.publish_failures == 1
-    assert source.skips.count == source.counts.deleted == 1
+    assert source.skips.count == source.counts.acknowledged == 1
     assert left(moto, queue) == 1
 
     # Once the visibility timeout ends, SQS delivers it again and this publish goes through.
@@ -266,7 +266,7 @@ async def test_aws_messages_that_are_no_event_are_deleted_and_counted(
         queue, RecordingFeed(), lambda f: f.names == ["ssm:app/after"] and not left(moto, queue)
     )
     assert source.skips.count == 7 and source.counts.ignored == len(quiet)
-    assert source.counts.deleted == len(bodies) + len(quiet) + 1
+    assert source.counts.acknowledged == len(bodies) + len(quiet) + 1
     lines = [r.getMessage() for r in caplog.records if "not EventBridge events" in r.getMessage()]
     assert len(lines) == 1  # one line a minute, whatever the number
     assert "not json" not in lines[0] and "app/db" not in lines[0]

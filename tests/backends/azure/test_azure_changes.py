@@ -178,7 +178,7 @@ async def test_events_are_published_then_deleted(rig: Rig) -> None:
     # Every message was still in the queue while its batch was published.
     assert rig.feed.held_at_publish and min(rig.feed.held_at_publish) >= 1
     assert sum(rig.feed.held_at_publish[:1]) == 5
-    assert source.counts.deleted == 5 and source.skips.count == 0
+    assert source.counts.acknowledged == 5 and source.skips.count == 0
     assert rig.feed.ups >= 1 and not rig.feed.downs
 
 
@@ -227,7 +227,7 @@ async def test_bad_messages_are_deleted_counted_and_never_logged(
         source = rig.start()
         await eventually(lambda: _empty(rig))
     assert not rig.feed.changes
-    assert source.skips.count == 7 and source.counts.deleted == 8
+    assert source.skips.count == 7 and source.counts.acknowledged == 8
     assert secret_text not in caplog.text
     assert len([r for r in caplog.records if "deleted" in r.getMessage()]) == 1
 

@@ -117,7 +117,7 @@ async def test_notifications_published_then_pulled_become_changes(rig: Rig) -> N
         ("gcp", PROJECT_NUMBER, "secrets/old", "SECRET_DELETE"),
     }
     assert rig.feed.ups >= 1 and not rig.feed.downs
-    assert rig.fake.counts.acked == 3 and rig.source.counts.acked == 3
+    assert rig.fake.counts.acked == 3 and rig.source.counts.acknowledged == 3
     # The watcher's own token on every call.
     assert set(rig.fake.callers) == {f"Bearer {TOKEN}"}
     assert rig.source.pulled and rig.source.store == "gcp"
