@@ -41,7 +41,15 @@ from backends.aws.dialect import change_name
 from backends.aws.errors import translated
 from backends.aws.refs import Service
 from backends.clouds.aws import sdk_client
-from provider.core.changes import SOURCE_NAME, Backoff, Change, Feed, PullCounts, Skips
+from provider.core.changes import (
+    POLL_BACKOFF,
+    SOURCE_NAME,
+    Backoff,
+    Change,
+    Feed,
+    PullCounts,
+    Skips,
+)
 from provider.core.errors import BridgeError, MissingCredential, StoreUnavailable
 
 log = logging.getLogger("secrets_bridge.aws")
@@ -164,7 +172,7 @@ class QueueSource:
         name: str,
         wait: int = WAIT_SECONDS,
         visibility: int = VISIBILITY_SECONDS,
-        backoff: tuple[float, float] = (1.0, 60.0),
+        backoff: tuple[float, float] = POLL_BACKOFF,
     ) -> None:
         if not SOURCE_NAME.match(name):
             raise ValueError(f"source name {name[:60]!r} is not a DNS label")
@@ -296,7 +304,7 @@ def create(
     endpoint: str | None = None,
     wait: int = WAIT_SECONDS,
     visibility: int = VISIBILITY_SECONDS,
-    backoff: tuple[float, float] = (1.0, 60.0),
+    backoff: tuple[float, float] = POLL_BACKOFF,
 ) -> QueueSource:
     """The watcher's AWS source. `queue_url`: the SQS queue the EventBridge rules target, in
     `region`; `regions`: the regions whose events reach it (the source's scopes; default

@@ -50,7 +50,7 @@ from azure.storage.queue import QueueMessage
 from azure.storage.queue.aio import QueueClient
 
 from backends.azure.dialect import object_name
-from provider.core.changes import Backoff, Change, Feed, PullCounts, Skips
+from provider.core.changes import POLL_BACKOFF, Backoff, Change, Feed, PullCounts, Skips
 
 log = logging.getLogger("secrets_bridge.azure")
 # azure-core logs each request's headers at INFO.
@@ -155,7 +155,7 @@ class QueueSource:
         visibility: int = VISIBILITY,
         poll: float = POLL,
         max_dequeue: int = MAX_DEQUEUE,
-        backoff: tuple[float, float] = (1.0, 60.0),
+        backoff: tuple[float, float] = POLL_BACKOFF,
     ) -> None:
         self.name = name
         #: Key Vault names compare ignoring case; events and subjects name them lowercased.
@@ -274,7 +274,7 @@ def create(
     visibility: int = VISIBILITY,
     poll: float = POLL,
     max_dequeue: int = MAX_DEQUEUE,
-    backoff: tuple[float, float] = (1.0, 60.0),
+    backoff: tuple[float, float] = POLL_BACKOFF,
 ) -> QueueSource:
     """The watcher's Azure source. `queue_url`: `https://<account>.queue.core.windows.net/
     <queue>`; `vaults`: the Key Vault names whose events the queue receives (the scopes);

@@ -47,7 +47,7 @@ from google.pubsub_v1.types import pubsub
 from backends.gcp.client import proxy_options
 from backends.gcp.dialect import secret_subject
 from backends.proxies import Proxies
-from provider.core.changes import Backoff, Change, Feed, PullCounts, Skips
+from provider.core.changes import POLL_BACKOFF, Backoff, Change, Feed, PullCounts, Skips
 
 log = logging.getLogger("secrets_bridge.gcp")
 # The generated client logs requests and responses whenever its logger allows DEBUG.
@@ -124,7 +124,7 @@ class SubscriptionSource:
         name: str = "gcp",
         batch: int = MAX_BATCH,
         timeout: float = PULL_TIMEOUT,
-        backoff: tuple[float, float] = (1.0, 60.0),
+        backoff: tuple[float, float] = POLL_BACKOFF,
     ) -> None:
         if not _SUBSCRIPTION.fullmatch(subscription):
             raise ValueError(
@@ -262,7 +262,7 @@ def create(
     credentials: Credentials | None = None,
     batch: int = MAX_BATCH,
     pull_timeout: float = PULL_TIMEOUT,
-    backoff: tuple[float, float] = (1.0, 60.0),
+    backoff: tuple[float, float] = POLL_BACKOFF,
 ) -> SubscriptionSource:
     """The watcher's Google source. `subscription`: `projects/<p>/subscriptions/<s>` of the
     topic the secrets notify; `projects`: the ids and numbers of the projects whose secrets

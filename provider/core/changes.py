@@ -367,6 +367,10 @@ class Skips:
             self._said_at, self._said_count = now, self.count
 
 
+#: A pull source's waits after a failed poll, in seconds: the first and the longest (`Backoff`).
+POLL_BACKOFF = (1.0, 60.0)
+
+
 class Backoff:
     """The wait after a failed poll or publish: `low` seconds, doubled with each failure in a
     row up to `high`; a success (`reset`) starts again from `low`."""
