@@ -19,6 +19,11 @@ it needs the test extras (`bao`, `moto_server`, hvac, PyJWT). Modules, by concer
     google_params   Parameter Manager (gRPC) on the wire
     azure      Microsoft Entra and Key Vault on the wire
     testing    builders: BackendEnv, Pod, FetchContext, MountRequest, the fake-store Harness
+    kubeapi    the Kubernetes API server on the wire: list+watch, Leases, ConfigMaps, faults
+    pubsub     Pub/Sub's Subscriber and Publisher (gRPC) on the wire
+    azurite    Azurite, the Azure Storage emulator (queues), installed from deploy/azurite/
+    feeds      a recording change Feed, as the change sources' tests hand it to them
+    feedrig    the change feed end to end: OpenBao's audit stream, the watchers, the API fake, serve
     serving    the provider serving on a Unix socket, and a driver-like client
     leaks      what counts as secret material in logs and metrics
     rigs, demo the bench's stores, `make demo`
