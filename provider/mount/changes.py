@@ -192,6 +192,12 @@ class Coverage:
         self.metrics.feed_dropped.inc(dropped)
 
 
+def kept_for(ttl: float, cover: Scope | None, refresh: float | None) -> float:
+    """How long to keep a value kept for `ttl`: as long as its cover's window too, when the
+    class takes the feed's (it sets no `refreshInterval`)."""
+    return max(ttl, cover.window) if cover is not None and refresh is None else ttl
+
+
 @dataclass(frozen=True, slots=True)
 class _Named:
     """What a kept value is named by in the feed (`Entry.subject`)."""

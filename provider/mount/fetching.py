@@ -34,7 +34,7 @@ from provider.core.errors import BridgeError, DeadlineExceeded, NotFound
 from provider.core.limits import FetchSlots, RateLimiter, namespace_of
 from provider.core.metrics import Metrics
 from provider.core.model import FetchContext, Fetched, SecretValue, Source, values_size
-from provider.mount.changes import Coverage, Scope, named
+from provider.mount.changes import Coverage, Scope, kept_for, named
 from provider.mount.lifetimes import Lifetimes, Owner
 from provider.mount.loads import Joined, Loads
 from provider.mount.reads import StoreRead
@@ -327,10 +327,8 @@ class Fetcher:
         if isinstance(outcome, NotFound):
             if ref not in _optional(read):
                 return
-            ttl = max(self._ttl, read.refresh or 0.0)
             cover, subject = self._named(read, ref) if self.coverage is not None else (None, None)
-            if cover is not None and read.refresh is None:
-                ttl = max(ttl, cover.window)
+            ttl = kept_for(max(self._ttl, read.refresh or 0.0), cover, read.refresh)
             if ttl > 0:
                 self._absent.put(key, outcome, ttl, keep_longer=True, cover=cover, subject=subject)
         else:  # a value, or a denial the "not found" must not outlive

@@ -39,7 +39,7 @@ from provider.core.model import (
     Source,
     lifetime_of,
 )
-from provider.mount.changes import Scope
+from provider.mount.changes import Scope, kept_for
 from provider.mount.lifetimes import Owner
 from provider.mount.reads import StoreRead
 from provider.mount.stale import Key, LastGood
@@ -205,10 +205,8 @@ class Loads:
                 self._forget(key)
             # A credential with a lifetime is its pod's alone: never cached, never stale.
             if not isinstance(result, BridgeError) and lifetime_of(result) is None:
-                ttl = max(self._ttl, read.refresh or 0.0)
                 cover, subject = self._named(read, ref) if self._named else (None, None)
-                if cover is not None and read.refresh is None:
-                    ttl = max(ttl, cover.window)
+                ttl = kept_for(max(self._ttl, read.refresh or 0.0), cover, read.refresh)
                 if ttl > 0:
                     # Each caller reads it within its own window (Fetcher.window); kept as
                     # long as the longest a class asked of the value it replaces.
