@@ -1,0 +1,303 @@
+"""The node's side of the change feed in process: the mounter over the fake store, with the feed's
+documents handed to its `Coverage` directly (provider/mount/changes.py), reads counted at the
+store. A covered value outlives --cache-ttl until a record names it; a stale heartbeat, a source
+down or a gap falls back to each value's configured window."""
+
+from __future__ import annotations
+
+import asyncio
+import math
+import time
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+
+from devkit.testing import Harness, make_pod
+from provider.core.changes import WINDOW, Change, Health, Records, SourceState, Subject
+from provider.mount.changes import Coverage
+
+WANTED = {"objectName": "wanted", "secretPath": "w"}
+SPARE = {"objectName": "spare", "secretPath": "gone", "optional": "true"}
+FEED = {"change_feed": True, "feed_window": 3600.0}
+
+
+class Feed:
+    """The watcher's documents for source "fake" (store "fake", scope "fake"), as a node's
+    watch would hand them over."""
+
+    def __init__(self, coverage: Coverage | None, generation: str = "g1") -> None:
+        assert coverage is not None
+        self.coverage = coverage
+        self.beats = 0
+        self.doc = Records("fake", "fake", generation, 0)
+        self.coverage.records(self.doc)  # the node starts with the document as listed
+
+    def beat(self, *, up: bool = True, reason: str = "", **more: SourceState) -> None:
+        self.beats += 1
+        state = SourceState("fake", frozenset({"fake"}), up, reason)
+        self.coverage.health(Health(self.beats, 5.0, {"fake": state, **more}))
+
+    def publish(self, *names: str) -> None:
+        self.doc = self.doc.appended([Change.of("fake", "fake", name) for name in names])
+        self.coverage.records(self.doc)
+
+
+def value(h: Harness, name: str) -> float:
+    metric: Any = getattr(h.metrics, name)
+    return float(metric._value.get())
+
+
+async def mount(h: Harness, objects: list[dict[str, str]], sa: str = "a", **params: str) -> Any:
+    result = await h.mounter.mount(h.request(objects, pod=make_pod(service_account=sa), **params))
+    return {f.path: f.contents for f in result.files}
+
+
+@pytest.mark.parametrize("ttl", [0.0, 0.3])
+async def test_a_covered_value_outlives_cache_ttl_until_a_record_names_it(
+    tmp_path: Path, ttl: float
+) -> None:
+    h = Harness(tmp_path, cache_ttl=ttl, **FEED)
+    feed = Feed(h.mounter.coverage)
+    feed.beat()
+    h.write({"secrets": {"w": "v1"}})
+    for sa in ("a", "b"):  # two identities of the node: a value each
+        assert await mount(h, [WANTED], sa) == {"wanted": b"v1"}
+    h.write({"secrets": {"w": "v22"}})
+    await asyncio.sleep(ttl + 0.05)
+    for sa in ("a", "b"):  # past --cache-ttl, and no record yet: reused
+        assert await mount(h, [WANTED], sa) == {"wanted": b"v1"}
+    assert h.fake.reads == {"w": 2}
+    feed.beat()
+    feed.publish("w")
+    for sa in ("a", "b"):  # the first mount after the record reads the new value
+        assert await mount(h, [WANTED], sa) == {"wanted": b"v22"}
+        assert await mount(h, [WANTED], sa) == {"wanted": b"v22"}
+    assert h.fake.reads == {"w": 4}
+    assert (value(h, "feed_changes"), value(h, "feed_dropped")) == (1, 2)
+    assert value(h, "feed_healthy") == 1
+
+
+async def test_a_record_drops_a_selection_and_an_optional_not_found(tmp_path: Path) -> None:
+    h = Harness(tmp_path, **FEED)
+    feed = Feed(h.mounter.coverage)
+    feed.beat()
+    h.write({"secrets": {"w": "v", "app/a": "1", "app/b": "2"}})
+    chosen = yaml.safe_dump([{"prefix": "app/", "directory": "app"}])
+    both = {"wanted": b"v", "app/a": b"1", "app/b": b"2"}
+    for _ in range(3):
+        assert await mount(h, [WANTED, SPARE], select=chosen) == both
+    assert h.fake.reads == {"w": 1, "gone": 1, "list:app/": 1, "app/a": 1, "app/b": 1}
+    h.write({"secrets": {"w": "v", "app/a": "1", "app/b": "2", "app/c": "3", "gone": "here"}})
+    assert await mount(h, [WANTED, SPARE], select=chosen) == both
+    feed.publish("app/c")  # a secret created under the prefix
+    assert await mount(h, [WANTED, SPARE], select=chosen) == {**both, "app/c": b"3"}
+    assert h.fake.reads == {"w": 1, "gone": 1, "list:app/": 2, "app/a": 2, "app/b": 2, "app/c": 1}
+    feed.publish("gone")  # the optional object, created
+    got = await mount(h, [WANTED, SPARE], select=chosen)
+    assert got == {**both, "app/c": b"3", "spare": b"here"}
+    assert h.fake.reads["gone"] == 2
+    assert h.fake.reads["w"] == 1
+
+
+async def test_a_class_with_its_own_refresh_interval_keeps_its_window(tmp_path: Path) -> None:
+    h = Harness(tmp_path, min_refresh_interval=0.0, **FEED)
+    feed = Feed(h.mounter.coverage)
+    feed.beat()
+    h.write({"secrets": {"w": "v1"}})
+    own = {"refreshInterval": "0.3s"}
+    assert await mount(h, [WANTED], **own) == {"wanted": b"v1"}
+    h.write({"secrets": {"w": "v22"}})
+    assert await mount(h, [WANTED], **own) == {"wanted": b"v1"}  # within its window
+    await asyncio.sleep(0.35)
+    assert await mount(h, [WANTED], **own) == {"wanted": b"v22"}  # its window, not the feed's
+    assert h.fake.reads == {"w": 2}
+    # A record drops its value too: the next poll reads it, within its window or not.
+    h.write({"secrets": {"w": "v333"}})
+    feed.publish("w")
+    assert await mount(h, [WANTED], refreshInterval="60s") == {"wanted": b"v333"}
+    assert h.fake.reads == {"w": 3}
+
+
+async def test_a_stale_heartbeat_falls_back_to_the_configured_window(tmp_path: Path) -> None:
+    h = Harness(tmp_path, cache_ttl=0.3, feed_stale_after=0.2, **FEED)
+    coverage = h.mounter.coverage
+    assert coverage is not None
+    feed = Feed(coverage)
+    feed.beat()
+    h.write({"secrets": {"w": "v1"}})
+    assert await mount(h, [WANTED]) == {"wanted": b"v1"}
+    h.write({"secrets": {"w": "v22"}})
+    await asyncio.sleep(0.35)  # past --cache-ttl and --feed-stale-after, the beat unchanged
+    coverage.check()  # as the node's periodic check does
+    assert value(h, "feed_healthy") == 0
+    assert not coverage.healthy
+    assert await mount(h, [WANTED]) == {"wanted": b"v22"}  # older than --cache-ttl: read
+    assert await mount(h, [WANTED]) == {"wanted": b"v22"}  # within it: reused
+    assert h.fake.reads == {"w": 2}
+    # A beat that repeats its number is no heartbeat.
+    coverage.health(Health(feed.beats, 5.0, {}))
+    assert not coverage.healthy
+    # Back: only values read from then on are covered.
+    feed.beat()
+    assert value(h, "feed_healthy") == 1
+    await asyncio.sleep(0.35)
+    assert await mount(h, [WANTED]) == {"wanted": b"v22"}
+    assert h.fake.reads == {"w": 3}  # read before the feed came back
+    await asyncio.sleep(0.35)
+    feed.beat()
+    assert await mount(h, [WANTED]) == {"wanted": b"v22"}
+    assert h.fake.reads == {"w": 3}  # covered again
+
+
+async def test_a_source_down_uncovers_its_scopes_only(tmp_path: Path) -> None:
+    h = Harness(tmp_path, **FEED)
+    coverage = h.mounter.coverage
+    assert coverage is not None
+    feed = Feed(coverage)
+    other = SourceState("vault", frozenset({"https://vault:8200"}), True)
+    feed.beat(other=other)
+    h.write({"secrets": {"w": "v1"}})
+    assert await mount(h, [WANTED]) == {"wanted": b"v1"}
+    assert await mount(h, [WANTED]) == {"wanted": b"v1"}
+    assert h.fake.reads == {"w": 1}
+    vault = coverage.cover("vault", Subject.of("https://vault:8200", "secret/x"))
+    assert vault is not None
+    since = vault.since
+    assert since < math.inf
+    feed.beat(up=False, reason="the queue does not answer", other=other)
+    assert value(h, "feed_healthy") == 1  # the heartbeat still advances
+    assert await mount(h, [WANTED]) == {"wanted": b"v1"}
+    assert await mount(h, [WANTED]) == {"wanted": b"v1"}
+    assert h.fake.reads == {"w": 3}  # --cache-ttl 0: read at every mount
+    assert vault.since == since  # the other source's scope is still covered
+
+
+async def test_a_source_no_longer_in_the_health_document_is_not_covered(tmp_path: Path) -> None:
+    # A source taken out of the watcher's configuration publishes no records any more: its
+    # scope must not stay covered on the strength of the last state the node saw of it.
+    h = Harness(tmp_path, **FEED)
+    coverage = h.mounter.coverage
+    assert coverage is not None
+    feed = Feed(coverage)
+    feed.beat()
+    h.write({"secrets": {"w": "v1"}})
+    assert await mount(h, [WANTED]) == {"wanted": b"v1"}
+    coverage.health(Health(feed.beats + 1, 5.0, {}))
+    assert await mount(h, [WANTED]) == {"wanted": b"v1"}
+    assert h.fake.reads == {"w": 2}
+
+
+async def test_the_first_records_document_of_a_covered_source_is_applied(tmp_path: Path) -> None:
+    # A pulled source's records document is created at its first publish, after the nodes
+    # started and covered its scopes from the health document: its records are changes too.
+    h = Harness(tmp_path, **FEED)
+    coverage = h.mounter.coverage
+    assert coverage is not None
+    coverage.health(Health(1, 5.0, {"fake": SourceState("fake", frozenset({"fake"}), True)}))
+    h.write({"secrets": {"w": "v1"}})
+    assert await mount(h, [WANTED]) == {"wanted": b"v1"}
+    h.write({"secrets": {"w": "v22"}})
+    first = Records("fake", "fake", "g1", 0).appended([Change.of("fake", "fake", "w")])
+    coverage.records(first)
+    assert await mount(h, [WANTED]) == {"wanted": b"v22"}
+
+
+@pytest.mark.parametrize("gap", ["beyond the window", "a new generation"])
+async def test_a_gap_resyncs_what_was_read_before_it(tmp_path: Path, gap: str) -> None:
+    h = Harness(tmp_path, **FEED)
+    coverage = h.mounter.coverage
+    assert coverage is not None
+    feed = Feed(coverage)
+    feed.beat()
+    h.write({"secrets": {"w": "v1", "x": "x1"}})
+    assert await mount(h, [WANTED]) == {"wanted": b"v1"}
+    h.write({"secrets": {"w": "v22", "x": "x1"}})
+    if gap == "beyond the window":  # the watcher numbered on past this node's seq
+        doc = Records("fake", "fake", "g1", 40).appended(
+            [Change.of("fake", "fake", f"n{i}") for i in range(WINDOW)]
+        )
+    else:
+        doc = Records("fake", "fake", "g2", 0)
+    coverage.records(doc)
+    assert value(h, "feed_resyncs") == 1
+    # Read before the gap: its configured window (--cache-ttl 0), once.
+    assert await mount(h, [WANTED]) == {"wanted": b"v22"}
+    assert await mount(h, [WANTED]) == {"wanted": b"v22"}
+    assert h.fake.reads == {"w": 2}
+    # Read after it: covered, and followed by the records from there on.
+    h.write({"secrets": {"w": "v333", "x": "x1"}})
+    assert await mount(h, [WANTED]) == {"wanted": b"v22"}
+    coverage.records(doc.appended([Change.of("fake", "fake", "w")]))
+    assert await mount(h, [WANTED]) == {"wanted": b"v333"}
+    assert h.fake.reads == {"w": 3}
+    assert value(h, "feed_resyncs") == 1
+
+
+async def test_forged_replayed_or_foreign_records_cost_at_most_a_read(tmp_path: Path) -> None:
+    h = Harness(tmp_path, **FEED)
+    coverage = h.mounter.coverage
+    assert coverage is not None
+    feed = Feed(coverage)
+    vault = Records("vault", "vault", "v1", 0)
+    coverage.records(vault)
+    feed.beat()
+    h.write({"secrets": {"w": "v1"}})
+    assert await mount(h, [WANTED]) == {"wanted": b"v1"}
+    # A secret this node does not hold: nothing dropped, nothing read.
+    feed.publish("not-held", "w/suffix", "")
+    assert value(h, "feed_dropped") == 0
+    # Another store's records naming the same path: this store's value stays.
+    coverage.records(vault.appended([Change.of("vault", "fake", "w")]))
+    assert value(h, "feed_dropped") == 0
+    assert await mount(h, [WANTED]) == {"wanted": b"v1"}
+    assert h.fake.reads == {"w": 1}
+    # A forged record of a held one: one read, of the store's own value.
+    feed.publish("w")
+    assert await mount(h, [WANTED]) == {"wanted": b"v1"}
+    assert h.fake.reads == {"w": 2}
+    # The same document again, and an older one of the same generation: nothing.
+    newest = feed.doc
+    older = Records("fake", "fake", "g1", 1, ((1, "w", ""),))
+    for doc in (newest, older, newest):
+        coverage.records(doc)
+    assert await mount(h, [WANTED]) == {"wanted": b"v1"}
+    assert h.fake.reads == {"w": 2}
+    assert value(h, "feed_resyncs") == 0
+    assert value(h, "feed_dropped") == 1
+
+
+async def test_a_flood_of_records_takes_bounded_time_and_counts_right(tmp_path: Path) -> None:
+    h = Harness(tmp_path, **FEED)
+    coverage = h.mounter.coverage
+    assert coverage is not None
+    feed = Feed(coverage)
+    feed.beat()
+    held = [f"s/{i}" for i in range(400)]
+    h.write({"secrets": {path: "v" for path in held}})
+    for start in range(0, len(held), 100):
+        objects = [
+            {"objectName": f"o{i}", "secretPath": p} for i, p in enumerate(held[start:][:100])
+        ]
+        for sa in ("a", "b"):
+            await mount(h, objects, sa)
+    assert sum(h.fake.reads.values()) == 800
+    started = time.perf_counter()
+    for batch in range(10):  # ten full documents: half of each names held secrets
+        names = [*held[batch * 20 :][:128], *(f"absent/{batch}/{i}" for i in range(128))]
+        feed.publish(*names)
+        assert len(feed.doc.records) == WINDOW
+    elapsed = time.perf_counter() - started
+    assert elapsed < 2.0
+    # Each held secret named was dropped for both identities, once: 20 new ones per document
+    # after the first's 128 (the others were dropped already).
+    assert value(h, "feed_changes") == 10 * 256
+    assert value(h, "feed_dropped") == 2 * (128 + 9 * 20)
+    assert value(h, "feed_resyncs") == 0
+    # A flood past the window: one resync, not one drop per record.
+    coverage.records(
+        feed.doc.appended([Change.of("fake", "fake", f"f/{i}") for i in range(10 * WINDOW)])
+    )
+    assert value(h, "feed_resyncs") == 1
+    assert value(h, "feed_changes") == 10 * 256
