@@ -20,7 +20,6 @@ from provider.mount.changes import Coverage
 
 WANTED = {"objectName": "wanted", "secretPath": "w"}
 SPARE = {"objectName": "spare", "secretPath": "gone", "optional": "true"}
-FEED = {"change_feed": True, "feed_window": 3600.0}
 
 
 class Feed:
@@ -44,6 +43,11 @@ class Feed:
         self.coverage.records(self.doc)
 
 
+def feeding(tmp_path: Path, **core: Any) -> Harness:
+    """The mounter with --change-feed --feed-window 3600 (and `core`'s other settings)."""
+    return Harness(tmp_path, change_feed=True, feed_window=3600.0, **core)
+
+
 def value(h: Harness, name: str) -> float:
     metric: Any = getattr(h.metrics, name)
     return float(metric._value.get())
@@ -58,7 +62,7 @@ async def mount(h: Harness, objects: list[dict[str, str]], sa: str = "a", **para
 async def test_a_covered_value_outlives_cache_ttl_until_a_record_names_it(
     tmp_path: Path, ttl: float
 ) -> None:
-    h = Harness(tmp_path, cache_ttl=ttl, **FEED)
+    h = feeding(tmp_path, cache_ttl=ttl)
     feed = Feed(h.mounter.coverage)
     feed.beat()
     h.write({"secrets": {"w": "v1"}})
@@ -80,7 +84,7 @@ async def test_a_covered_value_outlives_cache_ttl_until_a_record_names_it(
 
 
 async def test_a_record_drops_a_selection_and_an_optional_not_found(tmp_path: Path) -> None:
-    h = Harness(tmp_path, **FEED)
+    h = feeding(tmp_path)
     feed = Feed(h.mounter.coverage)
     feed.beat()
     h.write({"secrets": {"w": "v", "app/a": "1", "app/b": "2"}})
@@ -102,7 +106,7 @@ async def test_a_record_drops_a_selection_and_an_optional_not_found(tmp_path: Pa
 
 
 async def test_a_class_with_its_own_refresh_interval_keeps_its_window(tmp_path: Path) -> None:
-    h = Harness(tmp_path, min_refresh_interval=0.0, **FEED)
+    h = feeding(tmp_path, min_refresh_interval=0.0)
     feed = Feed(h.mounter.coverage)
     feed.beat()
     h.write({"secrets": {"w": "v1"}})
@@ -121,7 +125,7 @@ async def test_a_class_with_its_own_refresh_interval_keeps_its_window(tmp_path: 
 
 
 async def test_a_stale_heartbeat_falls_back_to_the_configured_window(tmp_path: Path) -> None:
-    h = Harness(tmp_path, cache_ttl=0.3, feed_stale_after=0.2, **FEED)
+    h = feeding(tmp_path, cache_ttl=0.3, feed_stale_after=0.2)
     coverage = h.mounter.coverage
     assert coverage is not None
     feed = Feed(coverage)
@@ -152,7 +156,7 @@ async def test_a_stale_heartbeat_falls_back_to_the_configured_window(tmp_path: P
 
 
 async def test_a_source_down_uncovers_its_scopes_only(tmp_path: Path) -> None:
-    h = Harness(tmp_path, **FEED)
+    h = feeding(tmp_path)
     coverage = h.mounter.coverage
     assert coverage is not None
     feed = Feed(coverage)
@@ -177,7 +181,7 @@ async def test_a_source_down_uncovers_its_scopes_only(tmp_path: Path) -> None:
 async def test_a_source_no_longer_in_the_health_document_is_not_covered(tmp_path: Path) -> None:
     # A source taken out of the watcher's configuration publishes no records any more: its
     # scope must not stay covered on the strength of the last state the node saw of it.
-    h = Harness(tmp_path, **FEED)
+    h = feeding(tmp_path)
     coverage = h.mounter.coverage
     assert coverage is not None
     feed = Feed(coverage)
@@ -192,7 +196,7 @@ async def test_a_source_no_longer_in_the_health_document_is_not_covered(tmp_path
 async def test_the_first_records_document_of_a_covered_source_is_applied(tmp_path: Path) -> None:
     # A pulled source's records document is created at its first publish, after the nodes
     # started and covered its scopes from the health document: its records are changes too.
-    h = Harness(tmp_path, **FEED)
+    h = feeding(tmp_path)
     coverage = h.mounter.coverage
     assert coverage is not None
     coverage.health(Health(1, 5.0, {"fake": SourceState("fake", frozenset({"fake"}), True)}))
@@ -206,7 +210,7 @@ async def test_the_first_records_document_of_a_covered_source_is_applied(tmp_pat
 
 @pytest.mark.parametrize("gap", ["beyond the window", "a new generation"])
 async def test_a_gap_resyncs_what_was_read_before_it(tmp_path: Path, gap: str) -> None:
-    h = Harness(tmp_path, **FEED)
+    h = feeding(tmp_path)
     coverage = h.mounter.coverage
     assert coverage is not None
     feed = Feed(coverage)
@@ -236,7 +240,7 @@ async def test_a_gap_resyncs_what_was_read_before_it(tmp_path: Path, gap: str) -
 
 
 async def test_forged_replayed_or_foreign_records_cost_at_most_a_read(tmp_path: Path) -> None:
-    h = Harness(tmp_path, **FEED)
+    h = feeding(tmp_path)
     coverage = h.mounter.coverage
     assert coverage is not None
     feed = Feed(coverage)
@@ -269,7 +273,7 @@ async def test_forged_replayed_or_foreign_records_cost_at_most_a_read(tmp_path: 
 
 
 async def test_a_flood_of_records_takes_bounded_time_and_counts_right(tmp_path: Path) -> None:
-    h = Harness(tmp_path, **FEED)
+    h = feeding(tmp_path)
     coverage = h.mounter.coverage
     assert coverage is not None
     feed = Feed(coverage)
