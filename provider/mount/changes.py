@@ -18,6 +18,7 @@ reads it again with the pod's own identity. A forged or replayed record costs re
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import math
 import time
@@ -95,11 +96,12 @@ class Coverage:
     def records(self, doc: Records) -> None:
         """A source's records document arrived (a watch event or a relist)."""
         source = self._sources.setdefault(doc.source, _Source())
-        if source.seq < 0 or doc.generation != source.generation:
-            if source.seq >= 0:  # a new generation: what came before is unknown
+        if doc.generation != source.generation:
+            if source.seq >= 0:  # a new generation: what came before it is unknown
                 self._recover(doc.source, "its generation changed")
-            source.generation, source.seq = doc.generation, doc.seq
-            return
+            # Every record of a generation first seen is applied: those older than what this
+            # node holds drop nothing, and a covered value may be older than the newest.
+            source.generation, source.seq = doc.generation, 0
         missed = doc.after(source.seq)
         source.seq = max(source.seq, doc.seq)
         if missed is None:
@@ -114,6 +116,12 @@ class Coverage:
             self._beat, self._beat_seen = doc.beat, self.clock()
         for name, state in doc.sources.items():
             self._sources.setdefault(name, _Source()).state = state
+        for name, source in self._sources.items():
+            if name not in doc.sources and source.state is not None and source.state.up:
+                # A source the feed no longer lists covers nothing.
+                source.state = dataclasses.replace(
+                    source.state, up=False, reason="no longer in the feed"
+                )
         self.check()
 
     def check(self) -> None:
@@ -169,14 +177,16 @@ class Coverage:
             yield scope
 
     def _recover(self, source: str, why: str) -> None:
-        """Cover the source's scopes anew: values read before now use their configured window."""
-        self.metrics.feed_resyncs.inc()
+        """Cover the source's scopes anew: values read before now use their configured window.
+        Said and counted only when it covered any (a node that just started covers nothing)."""
         state = self._sources[source].state
         now = self.clock()
-        for scope in self._scopes_of(state) if state is not None else ():
-            if scope.since != math.inf:
-                scope.since = now
-        log.info("change feed: source %s resynced (%s)", source, why)
+        covered = [s for s in self._scopes_of(state) if s.since != math.inf] if state else []
+        for scope in covered:
+            scope.since = now
+        if covered:
+            self.metrics.feed_resyncs.inc()
+            log.info("change feed: source %s resynced (%s)", source, why)
 
     def _changed(self, store: str, names: set[str]) -> None:
         def changed(entry: Entry[Any]) -> bool:
