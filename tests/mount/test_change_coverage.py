@@ -305,3 +305,20 @@ async def test_a_flood_of_records_takes_bounded_time_and_counts_right(tmp_path: 
     )
     assert value(h, "feed_resyncs") == 1
     assert value(h, "feed_changes") == 10 * 256
+
+
+async def test_a_name_too_long_for_a_record_is_matched_by_its_digest(tmp_path: Path) -> None:
+    h = feeding(tmp_path)
+    feed = Feed(h.mounter.coverage)
+    feed.beat()
+    long = "l/" + "/".join(["x" * 200] * 3)  # over MAX_NAME: records carry its digest
+    h.write({"secrets": {long: "v1", "w": "w"}})
+    objects = [{"objectName": "long", "secretPath": long}, WANTED]
+    chosen = yaml.safe_dump([{"prefix": "l/", "directory": "l"}])
+    assert (await mount(h, objects, select=chosen))["long"] == b"v1"
+    h.write({"secrets": {long: "v22", "w": "w"}})
+    feed.publish(long)
+    assert feed.doc.records[-1][1].startswith("sha256:")
+    got = await mount(h, objects, select=chosen)
+    assert (got["long"], got[long]) == (b"v22", b"v22")
+    assert (h.fake.reads["list:l/"], h.fake.reads["w"]) == (2, 1)
