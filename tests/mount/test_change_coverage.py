@@ -26,12 +26,12 @@ class Feed:
     """The watcher's documents for source "fake" (store "fake", scope "fake"), as a node's
     watch would hand them over."""
 
-    def __init__(self, coverage: Coverage | None, generation: str = "g1") -> None:
-        assert coverage is not None
+    def __init__(self, coverage: Coverage, *, listed: bool = True) -> None:
         self.coverage = coverage
         self.beats = 0
-        self.doc = Records("fake", "fake", generation, 0)
-        self.coverage.records(self.doc)  # the node starts with the document as listed
+        self.doc = Records("fake", "fake", "g1", 0)
+        if listed:  # the node starts with the document as its list found it
+            self.coverage.records(self.doc)
 
     def beat(self, *, up: bool = True, reason: str = "", **more: SourceState) -> None:
         self.beats += 1
@@ -43,9 +43,12 @@ class Feed:
         self.coverage.records(self.doc)
 
 
-def feeding(tmp_path: Path, **core: Any) -> Harness:
-    """The mounter with --change-feed --feed-window 3600 (and `core`'s other settings)."""
-    return Harness(tmp_path, change_feed=True, feed_window=3600.0, **core)
+def feeding(tmp_path: Path, *, listed: bool = True, **core: Any) -> tuple[Harness, Feed]:
+    """The mounter with --change-feed --feed-window 3600 (and `core`'s other settings), and
+    the feed its coverage is handed."""
+    h = Harness(tmp_path, change_feed=True, feed_window=3600.0, **core)
+    assert h.mounter.coverage is not None
+    return h, Feed(h.mounter.coverage, listed=listed)
 
 
 def value(h: Harness, name: str) -> float:
@@ -62,8 +65,7 @@ async def mount(h: Harness, objects: list[dict[str, str]], sa: str = "a", **para
 async def test_a_covered_value_outlives_cache_ttl_until_a_record_names_it(
     tmp_path: Path, ttl: float
 ) -> None:
-    h = feeding(tmp_path, cache_ttl=ttl)
-    feed = Feed(h.mounter.coverage)
+    h, feed = feeding(tmp_path, cache_ttl=ttl)
     feed.beat()
     h.write({"secrets": {"w": "v1"}})
     for sa in ("a", "b"):  # two identities of the node: a value each
@@ -84,8 +86,7 @@ async def test_a_covered_value_outlives_cache_ttl_until_a_record_names_it(
 
 
 async def test_a_record_drops_a_selection_and_an_optional_not_found(tmp_path: Path) -> None:
-    h = feeding(tmp_path)
-    feed = Feed(h.mounter.coverage)
+    h, feed = feeding(tmp_path)
     feed.beat()
     h.write({"secrets": {"w": "v", "app/a": "1", "app/b": "2"}})
     chosen = yaml.safe_dump([{"prefix": "app/", "directory": "app"}])
@@ -106,8 +107,7 @@ async def test_a_record_drops_a_selection_and_an_optional_not_found(tmp_path: Pa
 
 
 async def test_a_class_with_its_own_refresh_interval_keeps_its_window(tmp_path: Path) -> None:
-    h = feeding(tmp_path, min_refresh_interval=0.0)
-    feed = Feed(h.mounter.coverage)
+    h, feed = feeding(tmp_path, min_refresh_interval=0.0)
     feed.beat()
     h.write({"secrets": {"w": "v1"}})
     own = {"refreshInterval": "0.3s"}
@@ -125,10 +125,8 @@ async def test_a_class_with_its_own_refresh_interval_keeps_its_window(tmp_path: 
 
 
 async def test_a_stale_heartbeat_falls_back_to_the_configured_window(tmp_path: Path) -> None:
-    h = feeding(tmp_path, cache_ttl=0.3, feed_stale_after=0.2)
-    coverage = h.mounter.coverage
-    assert coverage is not None
-    feed = Feed(coverage)
+    h, feed = feeding(tmp_path, cache_ttl=0.3, feed_stale_after=0.2)
+    coverage = feed.coverage
     feed.beat()
     h.write({"secrets": {"w": "v1"}})
     assert await mount(h, [WANTED]) == {"wanted": b"v1"}
@@ -156,10 +154,8 @@ async def test_a_stale_heartbeat_falls_back_to_the_configured_window(tmp_path: P
 
 
 async def test_a_source_down_uncovers_its_scopes_only(tmp_path: Path) -> None:
-    h = feeding(tmp_path)
-    coverage = h.mounter.coverage
-    assert coverage is not None
-    feed = Feed(coverage)
+    h, feed = feeding(tmp_path)
+    coverage = feed.coverage
     other = SourceState("vault", frozenset({"https://vault:8200"}), True)
     feed.beat(other=other)
     h.write({"secrets": {"w": "v1"}})
@@ -181,10 +177,8 @@ async def test_a_source_down_uncovers_its_scopes_only(tmp_path: Path) -> None:
 async def test_a_source_no_longer_in_the_health_document_is_not_covered(tmp_path: Path) -> None:
     # A source taken out of the watcher's configuration publishes no records any more: its
     # scope must not stay covered on the strength of the last state the node saw of it.
-    h = feeding(tmp_path)
-    coverage = h.mounter.coverage
-    assert coverage is not None
-    feed = Feed(coverage)
+    h, feed = feeding(tmp_path)
+    coverage = feed.coverage
     feed.beat()
     h.write({"secrets": {"w": "v1"}})
     assert await mount(h, [WANTED]) == {"wanted": b"v1"}
@@ -196,24 +190,19 @@ async def test_a_source_no_longer_in_the_health_document_is_not_covered(tmp_path
 async def test_the_first_records_document_of_a_covered_source_is_applied(tmp_path: Path) -> None:
     # A pulled source's records document is created at its first publish, after the nodes
     # started and covered its scopes from the health document: its records are changes too.
-    h = feeding(tmp_path)
-    coverage = h.mounter.coverage
-    assert coverage is not None
-    coverage.health(Health(1, 5.0, {"fake": SourceState("fake", frozenset({"fake"}), True)}))
+    h, feed = feeding(tmp_path, listed=False)
+    feed.beat()
     h.write({"secrets": {"w": "v1"}})
     assert await mount(h, [WANTED]) == {"wanted": b"v1"}
     h.write({"secrets": {"w": "v22"}})
-    first = Records("fake", "fake", "g1", 0).appended([Change.of("fake", "fake", "w")])
-    coverage.records(first)
+    feed.publish("w")  # the document's first version
     assert await mount(h, [WANTED]) == {"wanted": b"v22"}
 
 
 @pytest.mark.parametrize("gap", ["beyond the window", "a new generation"])
 async def test_a_gap_resyncs_what_was_read_before_it(tmp_path: Path, gap: str) -> None:
-    h = feeding(tmp_path)
-    coverage = h.mounter.coverage
-    assert coverage is not None
-    feed = Feed(coverage)
+    h, feed = feeding(tmp_path)
+    coverage = feed.coverage
     feed.beat()
     h.write({"secrets": {"w": "v1", "x": "x1"}})
     assert await mount(h, [WANTED]) == {"wanted": b"v1"}
@@ -240,10 +229,8 @@ async def test_a_gap_resyncs_what_was_read_before_it(tmp_path: Path, gap: str) -
 
 
 async def test_forged_replayed_or_foreign_records_cost_at_most_a_read(tmp_path: Path) -> None:
-    h = feeding(tmp_path)
-    coverage = h.mounter.coverage
-    assert coverage is not None
-    feed = Feed(coverage)
+    h, feed = feeding(tmp_path)
+    coverage = feed.coverage
     vault = Records("vault", "vault", "v1", 0)
     coverage.records(vault)
     feed.beat()
@@ -273,10 +260,8 @@ async def test_forged_replayed_or_foreign_records_cost_at_most_a_read(tmp_path: 
 
 
 async def test_a_flood_of_records_takes_bounded_time_and_counts_right(tmp_path: Path) -> None:
-    h = feeding(tmp_path)
-    coverage = h.mounter.coverage
-    assert coverage is not None
-    feed = Feed(coverage)
+    h, feed = feeding(tmp_path)
+    coverage = feed.coverage
     feed.beat()
     held = [f"s/{i}" for i in range(400)]
     h.write({"secrets": {path: "v" for path in held}})
@@ -308,8 +293,7 @@ async def test_a_flood_of_records_takes_bounded_time_and_counts_right(tmp_path: 
 
 
 async def test_a_name_too_long_for_a_record_is_matched_by_its_digest(tmp_path: Path) -> None:
-    h = feeding(tmp_path)
-    feed = Feed(h.mounter.coverage)
+    h, feed = feeding(tmp_path)
     feed.beat()
     long = "l/" + "/".join(["x" * 200] * 3)  # over MAX_NAME: records carry its digest
     h.write({"secrets": {long: "v1", "w": "w"}})
