@@ -49,11 +49,12 @@ from backends.azure.changes import POLL as STORAGE_QUEUE_POLL
 from backends.gcp.changes import PULL_TIMEOUT as PUBSUB_PULL
 from devkit.feedrig import NAMESPACE, FeedRig, feed_rig
 from devkit.ports import free_port
-from devkit.probes.scale_model import NODES, QUOTAS, over
+from devkit.probes.scale_model import NODES, QUOTAS, Inputs, over
 from devkit.served_process import ProviderProcess, provider_process
 from devkit.serving import driver_channel
 from protos import provider_pb2_grpc
 from provider.cli.bench.stats import proc_usage
+from provider.watch.run import LEASE_NAME
 
 MODES = ("feed", "ttl", "none")
 ACCOUNTS = ("app", "app2", "app3")
@@ -78,6 +79,7 @@ class Phase:
     probe_cpu: float
     kube_updates: int
     records_updates: int
+    lease_acquired: int
     watch_events: int
 
     def per_hour(self, count: float, hour: float) -> float:
@@ -163,18 +165,22 @@ async def pod(node: Node, request: Any, offset: float, poll: float, tally: Tally
             tally.errors += 1
 
 
-async def records_updates(rig: FeedRig, counted: list[int]) -> None:
-    """Counts the records ConfigMap's versions, looked at every 50 ms (a write coalesces
-    0.5 s of changes: none is missed)."""
-    collection = f"/api/v1/namespaces/{NAMESPACE}/configmaps"
-    last = None
+async def feed_writes(rig: FeedRig, counted: list[int]) -> None:
+    """Counts the records ConfigMap's versions and the Lease's acquisitions (a watcher that
+    lost it and took it again: a new generation, every node covering its values anew), looked
+    at every 50 ms (a records write coalesces 0.5 s of changes: none is missed)."""
+    looked = [
+        (f"/api/v1/namespaces/{NAMESPACE}/configmaps", "secrets-bridge-feed-vault", "metadata"),
+        (f"/apis/coordination.k8s.io/v1/namespaces/{NAMESPACE}/leases", LEASE_NAME, "spec"),
+    ]
+    key = {"metadata": "resourceVersion", "spec": "acquireTime"}
+    last: list[Any] = [None, None]
     while True:
-        found = rig.kube.object(collection, "secrets-bridge-feed-vault") or {}
-        version = found.get("metadata", {}).get("resourceVersion")
-        if version != last:
-            if last is not None:
-                counted[0] += 1
-            last = version
+        for i, (collection, name, part) in enumerate(looked):
+            now = (rig.kube.object(collection, name) or {}).get(part, {}).get(key[part])
+            if now != last[i]:
+                counted[i] += last[i] is not None
+                last[i] = now
         await asyncio.sleep(0.05)
 
 
@@ -206,9 +212,9 @@ async def measure(
     bao_cpu, probe_cpu = proc_usage(bao).cpu_seconds, proc_usage(me).cpu_seconds
     mounts, errors = tally.mounts, tally.errors
     updates, events = rig.kube.requests["update"], sum(rig.kube.events_sent)
-    counted = [0]
+    counted = [0, 0]
     rig.bao.audit_mark()
-    watcher = asyncio.create_task(records_updates(rig, counted))
+    watcher = asyncio.create_task(feed_writes(rig, counted))
     start = time.monotonic()
     for k in range(changes):  # evenly spaced over the phase
         await asyncio.sleep(max(0.0, start + (k + 0.5) * seconds / changes - time.monotonic()))
@@ -234,6 +240,7 @@ async def measure(
         proc_usage(me).cpu_seconds - probe_cpu,
         rig.kube.requests["update"] - updates,
         counted[0],
+        counted[1],
         sum(rig.kube.events_sent) - events,
     )
 
@@ -330,36 +337,47 @@ def tables(phases: Sequence[Phase], args: argparse.Namespace) -> str:
             "The feed's own cost, per scaled hour (measured, API-server fake):",
             "",
             "| phase | API updates/h (Lease, heartbeat, records) | records updates/h "
-            "| watch events sent/h (all watches) |",
-            "|---|---:|---:|---:|",
+            "| watch events sent/h (all watches) | Lease taken anew |",
+            "|---|---:|---:|---:|---:|",
         ]
         for p in feed:
             h = p.per_hour
             lines.append(
                 f"| {p.phase} | {h(p.kube_updates, hour):,.0f} | {h(p.records_updates, hour):,.0f} "
-                f"| {h(p.watch_events, hour):,.0f} |"
+                f"| {h(p.watch_events, hour):,.0f} | {p.lease_acquired} |"
             )
     lines += ["", model(phases, args)]
     return "\n".join(lines)
 
 
 def model(phases: Sequence[Phase], args: argparse.Namespace) -> str:
-    """devkit/probes/scale_model.py's sizes and quotas, with the measured reads per node."""
-    hour = HOUR / args.factor
+    """devkit/probes/scale_model.py's sizes and quotas, with the measured reads per node: as
+    measured, and scaled to the model's node (its pods and identities a node: a cache's reads
+    follow the identities, no cache's the pods)."""
+    hour, shape = HOUR / args.factor, Inputs()
     lines = [
-        "Store reads/s at cluster size from the measured reads per node (same node shape), "
-        "against the scale model's default quotas:",
+        "Store reads/s at cluster size from the measured reads per node, against the scale "
+        f"model's default quotas; as measured ({args.pods} pods, {args.accounts} identities a "
+        f"node) and scaled to the model's node ({shape.pods_per_node} pods, "
+        f"{shape.identities_per_node} identities: feed and ttl by identities, none by pods):",
         "",
-        "| nodes | mode | phase | reads/s | logins/s | over the quota of |",
-        "|---:|---|---|---:|---:|---|",
+        "| nodes | mode | phase | reads/s | logins/s | over the quota of "
+        "| reads/s, model's node | over the quota of |",
+        "|---:|---|---|---:|---:|---|---:|---|",
     ]
     for nodes in NODES:
         for p in phases:
             reads = p.per_hour(p.reads, hour) / args.nodes * nodes / HOUR
             logins = p.per_hour(p.logins, hour) / args.nodes * nodes / HOUR
-            quota = ", ".join(over(reads)) or "-"
+            scale = (
+                shape.pods_per_node / args.pods
+                if p.mode == "none"
+                else shape.identities_per_node / args.accounts
+            )
             lines.append(
-                f"| {nodes:,} | {p.mode} | {p.phase} | {reads:,.2f} | {logins:,.2f} | {quota} |"
+                f"| {nodes:,} | {p.mode} | {p.phase} | {reads:,.2f} | {logins:,.2f} "
+                f"| {', '.join(over(reads)) or '-'} | {reads * scale:,.1f} "
+                f"| {', '.join(over(reads * scale)) or '-'} |"
             )
     changes = args.changes
     lines += [
