@@ -6,6 +6,7 @@ down or a gap falls back to each value's configured window."""
 from __future__ import annotations
 
 import asyncio
+import logging
 import math
 import time
 from pathlib import Path
@@ -172,6 +173,41 @@ async def test_a_source_down_uncovers_its_scopes_only(tmp_path: Path) -> None:
     assert await mount(h, [WANTED]) == {"wanted": b"v1"}
     assert h.fake.reads == {"w": 3}  # --cache-ttl 0: read at every mount
     assert vault.since == since  # the other source's scope is still covered
+
+
+@pytest.mark.parametrize("down", ["a-first", "b-second"])
+async def test_a_scope_two_sources_list_is_covered_only_while_both_are_up(
+    tmp_path: Path, down: str, caplog: pytest.LogCaptureFixture
+) -> None:
+    # Two sources may watch one store instance (two accounts' queues in one region): a change
+    # the one down misses is missed whatever the other says, and the cover does not flap.
+    h, feed = feeding(tmp_path)
+    coverage = feed.coverage
+
+    def beat(*, both_up: bool) -> None:
+        feed.beats += 1
+        states = {
+            name: SourceState("fake", frozenset({"fake"}), both_up or name != down, "gone")
+            for name in ("a-first", "b-second")
+        }
+        coverage.health(Health(feed.beats, 5.0, states))
+
+    beat(both_up=True)
+    h.write({"secrets": {"w": "v1"}})
+    assert await mount(h, [WANTED]) == {"wanted": b"v1"}
+    assert await mount(h, [WANTED]) == {"wanted": b"v1"}
+    assert h.fake.reads == {"w": 1}
+    assert value(h, "feed_covered") == 1
+    caplog.clear()
+    with caplog.at_level(logging.INFO, logger="secrets_bridge.feed"):
+        for _ in range(5):
+            beat(both_up=False)
+            coverage.check()
+    assert await mount(h, [WANTED]) == {"wanted": b"v1"}
+    assert h.fake.reads == {"w": 2}  # no longer covered: --cache-ttl 0
+    assert value(h, "feed_covered") == 0
+    lines = [r.getMessage() for r in caplog.records if "covered" in r.getMessage()]
+    assert len(lines) == 1, lines  # said once, not at every check
 
 
 async def test_a_source_no_longer_in_the_health_document_is_not_covered(tmp_path: Path) -> None:
