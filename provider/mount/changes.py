@@ -96,8 +96,9 @@ class Coverage:
     def records(self, doc: Records) -> None:
         """A source's records document arrived (a watch event or a relist)."""
         source = self._sources.setdefault(doc.source, _Source())
+        renewed = doc.generation != source.generation and source.seq >= 0
         if doc.generation != source.generation:
-            if source.seq >= 0:  # a new generation: what came before it is unknown
+            if renewed:  # a new generation: what came before it is unknown
                 self._recover(doc.source, "its generation changed")
             # Every record of a generation first seen is applied: those older than what this
             # node holds drop nothing, and a covered value may be older than the newest.
@@ -105,7 +106,8 @@ class Coverage:
         missed = doc.after(source.seq)
         source.seq = max(source.seq, doc.seq)
         if missed is None:
-            self._recover(doc.source, "this node missed records beyond the window")
+            if not renewed:
+                self._recover(doc.source, "this node missed records beyond the window")
             return
         if missed:
             self._changed(doc.store, {name for _seq, name, _marker in missed})
@@ -142,28 +144,39 @@ class Coverage:
                     min(now - self._beat_seen, 1e9),
                     self.stale_after,
                 )
-        covered = 0
+        # A scope is covered while every source that lists it is up: a change the one down
+        # misses is missed whatever the others say.
+        listed: dict[Scope, str] = {}
+        down: dict[Scope, str] = {}
         for name, source in self._sources.items():
             state = source.state
             if state is None:
                 continue
-            up = healthy and state.up
             for scope in self._scopes_of(state):
-                if up and scope.since == math.inf:
-                    scope.since = now
-                    log.info("change feed: %s %s covered", state.store, scope.name)
-                if up:
-                    covered += 1
-                elif scope.since != math.inf:
-                    scope.since = math.inf
-                    log.warning(
-                        "change feed: %s %s no longer covered (source %s %s): its values use "
-                        "their configured refresh",
-                        state.store,
-                        scope.name,
-                        name,
-                        "is down: " + state.reason if healthy else "has no heartbeat",
-                    )
+                listed[scope] = state.store
+                if not (healthy and state.up):
+                    why = "is down: " + state.reason if healthy else "has no heartbeat"
+                    down.setdefault(scope, f"source {name} {why}")
+        for scope, store in listed.items():
+            if scope not in down and scope.since == math.inf:
+                scope.since = now
+                log.info("change feed: %s %s covered", store, scope.name)
+            elif scope in down and scope.since != math.inf:
+                scope.since = math.inf
+                log.warning(
+                    "change feed: %s %s no longer covered (%s): its values use their "
+                    "configured refresh",
+                    store,
+                    scope.name,
+                    down[scope],
+                )
+        for scope in self._scopes.values():
+            if scope not in listed and scope.since != math.inf:
+                scope.since = math.inf  # no source lists it any more
+                log.warning(
+                    "change feed: %s %s no longer listed by any source", scope.store, scope.name
+                )
+        covered = len(listed) - len(down)
         self.metrics.feed_covered.set(covered)
 
     def _scopes_of(self, state: SourceState) -> Iterable[Scope]:
