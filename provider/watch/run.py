@@ -80,6 +80,29 @@ def create_sources(specs: Sequence[SourceSpec]) -> list[Source]:
     return sources
 
 
+class WatchMetrics:
+    """The watcher's own series (docs/metrics.md), on its --metrics-address."""
+
+    def __init__(self) -> None:
+        self.registry = CollectorRegistry()
+        self.leading = Gauge(
+            "secrets_bridge_watch_leading",
+            "1 while this replica holds the Lease (runs the pulled sources and the heartbeat)",
+            registry=self.registry,
+        )
+        self.source_up = Gauge(
+            "secrets_bridge_watch_source_up",
+            "1 while the source's event service answers, by source",
+            ["source"],
+            registry=self.registry,
+        )
+        self.beat_failures = Gauge(
+            "secrets_bridge_watch_beat_failures",
+            "Heartbeats in a row this replica could not write",
+            registry=self.registry,
+        )
+
+
 class Watcher:
     def __init__(self, settings: WatchSettings, sources: Sequence[Source]) -> None:
         self._settings = settings
@@ -95,23 +118,7 @@ class Watcher:
             renew_deadline=settings.renew_deadline,
             retry_period=settings.retry_period,
         )
-        self.registry = CollectorRegistry()
-        self._leading = Gauge(
-            "secrets_bridge_watch_leading",
-            "1 while this replica holds the Lease (runs the pulled sources and the heartbeat)",
-            registry=self.registry,
-        )
-        self._up = Gauge(
-            "secrets_bridge_watch_source_up",
-            "1 while the source's event service answers, by source",
-            ["source"],
-            registry=self.registry,
-        )
-        self._beats = Gauge(
-            "secrets_bridge_watch_beat_failures",
-            "Heartbeats in a row this replica could not write",
-            registry=self.registry,
-        )
+        self.metrics = WatchMetrics()
 
     @property
     def leading(self) -> bool:
@@ -130,7 +137,7 @@ class Watcher:
                 group.create_task(self._elector.run(self._lead))
 
     async def _lead(self) -> None:
-        self._leading.set(1)
+        self.metrics.leading.set(1)
         try:
             for source in self._sources:
                 if not source.pulled:
@@ -142,7 +149,7 @@ class Watcher:
                         group.create_task(source.run(self._publisher.feed(source)))
                 group.create_task(self._heartbeats())
         finally:
-            self._leading.set(0)
+            self.metrics.leading.set(0)
 
     async def _retrying(self, what: str, source: Source) -> None:
         """A new generation for a push source, tried until it is written (the nodes must not
@@ -183,9 +190,9 @@ class Watcher:
             except BridgeError as exc:
                 failures += 1
                 log.warning("heartbeat not written (%s)", exc)
-            self._beats.set(failures)
+            self.metrics.beat_failures.set(failures)
             for source in self._sources:
-                self._up.labels(source.name).set(
+                self.metrics.source_up.labels(source.name).set(
                     1 if self._publisher.feed(source).state().up else 0
                 )
             await asyncio.sleep(self._settings.heartbeat)
@@ -200,7 +207,8 @@ def http_app(watcher: Watcher) -> web.Application:
 
     async def metrics(_request: web.Request) -> web.Response:
         return web.Response(
-            body=generate_latest(watcher.registry), headers={"Content-Type": CONTENT_TYPE_LATEST}
+            body=generate_latest(watcher.metrics.registry),
+            headers={"Content-Type": CONTENT_TYPE_LATEST},
         )
 
     app = web.Application()

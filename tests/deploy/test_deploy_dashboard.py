@@ -12,6 +12,7 @@ import pytest
 from prometheus_client.metrics import MetricWrapperBase
 
 from provider.core.metrics import Metrics
+from provider.watch.run import WatchMetrics
 from tests.deploy.conftest import DEPLOY, ROOT
 
 DASHBOARD = DEPLOY / "grafana-dashboard.json"
@@ -39,14 +40,15 @@ SERIES = re.compile(r"\b(?:secrets_bridge|process)_\w+")
 
 def exported() -> dict[str, set[str]]:
     """Series name -> label names, from the provider's own Metrics, named as exposed."""
-    metrics = Metrics()
+    metrics, watcher = Metrics(), WatchMetrics()
     # Unlabelled collectors (process, build info) show their samples at once.
     series: dict[str, set[str]] = {
         sample.name: set(sample.labels)
-        for family in metrics.registry.collect()
+        for registry in (metrics.registry, watcher.registry)
+        for family in registry.collect()
         for sample in family.samples
     }
-    for metric in vars(metrics).values():
+    for metric in [*vars(metrics).values(), *vars(watcher).values()]:
         if not isinstance(metric, MetricWrapperBase):
             continue
         labels = set(metric._labelnames)
@@ -56,6 +58,8 @@ def exported() -> dict[str, set[str]]:
             series[f"{metric._name}_bucket"] = labels | {"le"}
             series[f"{metric._name}_sum"] = labels
             series[f"{metric._name}_count"] = labels
+        elif metric._type == "gauge":  # a labelled one shows no sample until it is set
+            series[metric._name] = labels
     return series
 
 
