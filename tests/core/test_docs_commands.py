@@ -36,6 +36,7 @@ left unclassified (the test lists any new one):
 from __future__ import annotations
 
 import ast
+import json
 import os
 import re
 import shlex
@@ -484,6 +485,15 @@ def _image_name_is_the_bases(ws: Workspace, command: Command) -> None:
     assert image.split(":")[0] == match.group(1), image
 
 
+def _rule_is_the_sources(ws: Workspace, command: Command) -> None:
+    """An EventBridge rule of docs/change-feed.md is one of the AWS source's own patterns."""
+    from backends.aws.changes import RULE_PATTERNS
+
+    words = _words(command)
+    pattern = json.loads(words[words.index("--event-pattern") + 1])
+    assert pattern in json.loads(json.dumps(RULE_PATTERNS)), pattern
+
+
 CHECK_JSON = "tests/cli/test_cli_check_json.py"
 CHECK_MOUNT = "tests/cli/test_cli_check_mount.py"
 AUDIT = "tests/cli/test_cli_audit.py"
@@ -571,6 +581,10 @@ RULES: list[Rule] = [
             ),
             why="named in prose as the mode; run with a file above",
         ),
+    ),
+    Rule(
+        r"secrets-bridge watch --vault-audit-listen :9200 --vault-address URL \.\.\.",
+        Covered(("tests/cli/test_cli_watch.py::test_each_sources_flags_build_that_source",), True),
     ),
     Rule(
         r"secrets-bridge mount SPC\.yaml --target DIR .*",
@@ -686,6 +700,21 @@ RULES: list[Rule] = [
             tests=(
                 "tests/e2e/test_e2e_sync_controller.py"
                 "::test_a_secretsync_is_answered_with_its_files_and_versions",
+            ),
+        ),
+    ),
+    Rule(r"aws events put-rule .*", Needs("an AWS account and its CLI", _rule_is_the_sources)),
+    Rule(
+        r"(aws|az|gcloud) .*|[A-Z_]+=\S+( [A-Z_]+=\S+)*|[A-Z_]+=\$\(gcloud .*\)"
+        r"|for rule in .*|done",
+        Needs(
+            "a cloud account and its CLI (the change feed's setup)",
+            tests=(
+                "tests/backends/aws/test_aws_watch.py"
+                "::test_the_holder_publishes_then_deletes_and_a_takeover_loses_nothing",
+                "tests/backends/azure/test_azure_changes.py::test_events_are_published_then_deleted",
+                "tests/backends/gcp/test_gcp_changes.py"
+                "::test_notifications_published_then_pulled_become_changes",
             ),
         ),
     ),
