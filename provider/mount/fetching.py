@@ -171,10 +171,6 @@ class Fetcher:
         for a value the change feed covers, --feed-window: `Entry.covered`)."""
         return self._ttl if refresh is None else refresh
 
-    def _covering(self, refresh: float | None) -> bool:
-        """Whether a class with this `refreshInterval` takes the feed's window (one without)."""
-        return refresh is None and self.coverage is not None
-
     def _named(self, read: StoreRead, ref: Hashable) -> tuple[Scope | None, Hashable]:
         """The feed's cover of a value `read` keeps, and what the feed names it by."""
         assert self.coverage is not None
@@ -193,7 +189,7 @@ class Fetcher:
         hits; else None, and nothing counted: the caller then `fetch`es, which counts each ref
         as what it turns out to be. A cached mount's whole fetch."""
         window = self._ttl if refresh is None else refresh
-        covering = self._covering(refresh)
+        covering = refresh is None and self.coverage is not None  # takes the feed's window
         if window <= 0 and not covering:
             return None
         found = self._cache.get_all(keys, window, covered=covering)
@@ -214,7 +210,7 @@ class Fetcher:
         """Whether every one of these entries is still kept and within the class's reuse
         window, counted as hits if so: the whole fetch of a mount answered again."""
         window = self._ttl if refresh is None else refresh
-        covering = self._covering(refresh)
+        covering = refresh is None and self.coverage is not None  # takes the feed's window
         if (window <= 0 and not covering) or not self._cache.fresh(held, window, covered=covering):
             return False
         self._count_hits(len(held), refresh)
@@ -299,7 +295,7 @@ class Fetcher:
         left: list[Hashable] = []
         hits = 0
         window = self.window(read.refresh)
-        covering = self._covering(read.refresh)
+        covering = read.refresh is None and self.coverage is not None
         for ref in refs:
             cached: Fetched | None = None
             if window > 0 or covering:
