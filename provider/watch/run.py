@@ -21,7 +21,7 @@ import importlib
 import logging
 import signal
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
 
 from aiohttp import web
@@ -67,7 +67,6 @@ class WatchSettings:
     #: This pod's IP (the downward API's status.podIP), for the audit EndpointSlice.
     pod_ip: str = ""
     audit_service: str = AUDIT_SERVICE
-    extra: Mapping[str, Any] = field(default_factory=dict)
 
 
 def create_sources(specs: Sequence[SourceSpec]) -> list[Source]:
@@ -119,10 +118,6 @@ class Watcher:
             retry_period=settings.retry_period,
         )
         self.metrics = WatchMetrics()
-
-    @property
-    def leading(self) -> bool:
-        return self._elector.leading
 
     async def run(self) -> None:
         """Until cancelled: the push sources on this replica, the rest while leading."""
