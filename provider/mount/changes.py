@@ -26,6 +26,7 @@ from collections.abc import Callable, Collection, Hashable, Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
+from provider.core import changes
 from provider.core.caching import Entry
 from provider.core.changes import Health, Records, SourceState, Subject
 from provider.core.metrics import Metrics
@@ -35,6 +36,8 @@ log = logging.getLogger("secrets_bridge.feed")
 #: Store instances a node tracks, whatever the health document lists (it is parsed with its
 #: own bounds; this keeps a node's memory fixed even so).
 MAX_SCOPES = 4096
+#: Sources a node tracks (records documents come one per source, whatever their number).
+MAX_SOURCES = 4 * changes.MAX_SOURCES
 
 
 @dataclass(eq=False, slots=True)
@@ -95,7 +98,9 @@ class Coverage:
 
     def records(self, doc: Records) -> None:
         """A source's records document arrived (a watch event or a relist)."""
-        source = self._sources.setdefault(doc.source, _Source())
+        source = self._source(doc.source)
+        if source is None:
+            return
         renewed = doc.generation != source.generation and source.seq >= 0
         if doc.generation != source.generation:
             if renewed:  # a new generation: what came before it is unknown
@@ -117,7 +122,8 @@ class Coverage:
         if doc.beat != self._beat:
             self._beat, self._beat_seen = doc.beat, self.clock()
         for name, state in doc.sources.items():
-            self._sources.setdefault(name, _Source()).state = state
+            if (listed := self._source(name)) is not None:
+                listed.state = state
         for name, source in self._sources.items():
             if name not in doc.sources and source.state is not None and source.state.up:
                 # A source the feed no longer lists covers nothing.
@@ -178,6 +184,13 @@ class Coverage:
                 )
         covered = len(listed) - len(down)
         self.metrics.feed_covered.set(covered)
+
+    def _source(self, name: str) -> _Source | None:
+        """The source of that name, tracked from now on, or None past `MAX_SOURCES`."""
+        source = self._sources.get(name)
+        if source is None and len(self._sources) < MAX_SOURCES:
+            source = self._sources[name] = _Source()
+        return source
 
     def _scopes_of(self, state: SourceState) -> Iterable[Scope]:
         for name in state.scopes:
