@@ -19,13 +19,18 @@ BUDGET = 100_000
 
 
 async def test_azure_reads_past_the_answer_budget_refuse_the_fetch(azure: Azure) -> None:
-    vault = azure.fake.vault("kv1", TENANT)
+    # A vault of its own: the fake is shared, and another module's test puts kv1 in another
+    # tenant (which of them runs first on a worker depends on the distribution).
+    vault = azure.fake.vault("kv-bytes", TENANT)
     vault.access[CLIENT] = "*"
     for i in range(10):
         vault.add("secret", f"big{i}", {"value": "x" * 20_000})
     pool = ReadBytes(1 << 30, 1 << 30, BUDGET + ANSWER_SLACK)
     backend = create(dataclasses.replace(make_env("azure", azure.options), reads=pool))
-    p = plan(objects(*(f"objectName: big{i}\nobjectType: secret" for i in range(10))))
+    p = plan(
+        objects(*(f"objectName: big{i}\nobjectType: secret" for i in range(10))),
+        keyvaultName="kv-bytes",
+    )
     try:
         with pytest.raises(LimitExceeded, match=r"\(--max-response-bytes\)"):
             await fetch(backend, p)
