@@ -11,6 +11,7 @@ from typing import Any
 
 from provider.cli.flags import flag, host_port, log_level, seconds
 from provider.core.errors import InvalidParameters
+from provider.core.kube import pod_namespace
 from provider.watch.run import SourceSpec, WatchSettings
 
 DESCRIPTION = (
@@ -213,7 +214,7 @@ def sources_from_args(args: argparse.Namespace) -> tuple[SourceSpec, ...]:
 
 
 def settings_from_args(args: argparse.Namespace) -> WatchSettings:
-    namespace = args.namespace or os.environ.get("POD_NAMESPACE", "")
+    namespace = args.namespace or pod_namespace()
     if not namespace:
         raise InvalidParameters("--namespace is required outside a pod (no POD_NAMESPACE)")
     return WatchSettings(

@@ -55,6 +55,18 @@ class Gone(StoreUnavailable):
 Object = dict[str, Any]
 
 
+def pod_namespace() -> str:
+    """This pod's namespace: the downward API's POD_NAMESPACE, else the mounted service
+    account's namespace file; "" outside a pod."""
+    if os.environ.get("POD_NAMESPACE"):
+        return os.environ["POD_NAMESPACE"]
+    try:
+        with open(os.path.join(SERVICE_ACCOUNT_DIR, "namespace")) as f:
+            return f.read().strip()
+    except OSError:
+        return ""
+
+
 def namespaced(namespace: str, resource: str, name: str = "", *, group: str = "") -> str:
     """The API path of a namespaced collection, or of one object in it with `name`: the core
     group (`/api/v1/...`) without `group`, else `group` as `<group>/<version>`."""

@@ -12,13 +12,12 @@ from __future__ import annotations
 
 import asyncio
 import logging
-import os
 import time
 from collections.abc import Sequence
 from typing import Any
 
 from provider.core import changes
-from provider.core.kube import SERVICE_ACCOUNT_DIR, KubeClient, Object, configmaps
+from provider.core.kube import KubeClient, Object, configmaps, pod_namespace
 from provider.core.kubewatch import ListWatch
 from provider.mount.changes import Coverage
 
@@ -29,17 +28,8 @@ SAY_EVERY = 60.0
 
 
 def namespace(configured: str) -> str:
-    """The feed's namespace: --feed-namespace, else this pod's (the downward API's
-    POD_NAMESPACE, else the service account's namespace file)."""
-    if configured:
-        return configured
-    if os.environ.get("POD_NAMESPACE"):
-        return os.environ["POD_NAMESPACE"]
-    try:
-        with open(os.path.join(SERVICE_ACCOUNT_DIR, "namespace")) as f:
-            return f.read().strip()
-    except OSError:
-        return "default"
+    """The feed's namespace: --feed-namespace, else this pod's, else "default"."""
+    return configured or pod_namespace() or "default"
 
 
 class NodeFeed:
