@@ -38,6 +38,14 @@ class Cover(Protocol):
     window: float
 
 
+class Named(Protocol):
+    """What the change feed names an entry by (provider/mount/changes.py), and the bytes that
+    keeps alive: counted in the entry's size, as its value is."""
+
+    @property
+    def size(self) -> int: ...
+
+
 @dataclass(eq=False)
 class Entry(Generic[T]):
     """One kept value. Compared and hashed by identity: the LRU order is kept by entry, so
@@ -55,7 +63,7 @@ class Entry(Generic[T]):
     live: bool = True
     #: The change feed's cover of it, and what the feed names it by (`drop_where` matches it).
     cover: Cover | None = None
-    subject: object = None
+    subject: Named | None = None
 
     def covered(self, now: float) -> bool:
         """Whether the feed covers it and its cover's window has not passed."""
@@ -184,7 +192,7 @@ class ExpiringCache(Generic[T]):
         *,
         keep_longer: bool = False,
         cover: Cover | None = None,
-        subject: object = None,
+        subject: Named | None = None,
     ) -> None:
         """Keep `value` for `ttl` seconds; with `keep_longer`, at least as long as the entry
         it replaces would have lived (a fresher value for callers that ask a longer reuse of
@@ -198,7 +206,7 @@ class ExpiringCache(Generic[T]):
         if keep_longer and old is not None:
             expires = max(expires, old.expires)
         self._drop(key)
-        size = self._size_of(value)
+        size = self._size_of(value) + (subject.size if subject is not None else 0)
         if self._max_bytes is not None and size > self._max_bytes:
             return
         tenant = self._tenant_of(key)

@@ -21,8 +21,9 @@ from __future__ import annotations
 import dataclasses
 import logging
 import math
+import sys
 import time
-from collections.abc import Callable, Collection, Hashable, Iterable
+from collections.abc import Callable, Collection, Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -218,7 +219,7 @@ class Coverage:
         def changed(entry: Entry[Any]) -> bool:
             subject = entry.subject
             return (
-                isinstance(subject, _Named)
+                isinstance(subject, Named)
                 and subject.store == store
                 and matches(subject.subject, names)
             )
@@ -235,13 +236,24 @@ def kept_for(ttl: float, cover: Scope | None, refresh: float | None) -> float:
 
 
 @dataclass(frozen=True, slots=True)
-class _Named:
-    """What a kept value is named by in the feed (`Entry.subject`)."""
+class Named:
+    """What a kept value is named by in the feed (`Entry.subject`), and the bytes that keeps
+    alive (the cache counts them in the entry's size)."""
 
     store: str
     subject: Subject
+    size: int = 0
 
 
-def named(store: str, subject: Subject | None) -> Hashable:
-    """The `Entry.subject` of a value of `store` named `subject` (None: the feed names it not)."""
-    return None if subject is None else _Named(store, subject)
+#: Bytes of a `Named` and its `Subject` themselves, their strings apart.
+_OBJECTS = sys.getsizeof(Named("", Subject("", ""))) + sys.getsizeof(Subject("", ""))
+
+
+def named(store: str, subject: Subject | None) -> Named | None:
+    """The `Entry.subject` of a value of `store` named `subject` (None: the feed names it not).
+    Its size counts the name, which the subject made; the store's name and the scope are the
+    plan's own strings."""
+    if subject is None:
+        return None
+    size = _OBJECTS + sys.getsizeof(subject.name)
+    return Named(store, subject, size + sys.getsizeof(size))  # the count is an object too

@@ -34,7 +34,7 @@ from provider.core.errors import BridgeError, DeadlineExceeded, NotFound
 from provider.core.limits import FetchSlots, RateLimiter, namespace_of
 from provider.core.metrics import Metrics
 from provider.core.model import FetchContext, Fetched, SecretValue, Source, values_size
-from provider.mount.changes import Coverage, Scope, kept_for, named
+from provider.mount.changes import Coverage, Named, Scope, kept_for, named
 from provider.mount.lifetimes import Lifetimes, Owner
 from provider.mount.loads import Joined, Loads
 from provider.mount.reads import StoreRead
@@ -171,7 +171,7 @@ class Fetcher:
         for a value the change feed covers, --feed-window: `Entry.covered`)."""
         return self._ttl if refresh is None else refresh
 
-    def _named(self, read: StoreRead, ref: Hashable) -> tuple[Scope | None, Hashable]:
+    def _named(self, read: StoreRead, ref: Hashable) -> tuple[Scope | None, Named | None]:
         """The feed's cover of a value `read` keeps, and what the feed names it by."""
         assert self.coverage is not None
         watched = registry.watched(read.store)

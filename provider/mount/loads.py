@@ -39,7 +39,7 @@ from provider.core.model import (
     Source,
     lifetime_of,
 )
-from provider.mount.changes import Scope, kept_for
+from provider.mount.changes import Named, Scope, kept_for
 from provider.mount.lifetimes import Owner
 from provider.mount.reads import StoreRead
 from provider.mount.stale import Key, LastGood
@@ -59,7 +59,7 @@ class Loads:
         slots: FetchSlots,
         rates: Mapping[str, RateLimiter],
         load_budget: float,
-        named: Callable[[StoreRead, Hashable], tuple[Scope | None, Hashable]] | None = None,
+        named: Callable[[StoreRead, Hashable], tuple[Scope | None, Named | None]] | None = None,
     ) -> None:
         self._cache = cache
         self._ttl = cache_ttl

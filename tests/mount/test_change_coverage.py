@@ -342,3 +342,35 @@ async def test_a_name_too_long_for_a_record_is_matched_by_its_digest(tmp_path: P
     got = await mount(h, objects, select=chosen)
     assert (got["long"], got[long]) == (b"v22", b"v22")
     assert (h.fake.reads["list:l/"], h.fake.reads["w"]) == (2, 1)
+
+
+def test_what_the_feed_names_an_entry_by_is_counted_as_it_keeps_alive() -> None:
+    """A value kept with the feed on also keeps its name there: the cache counts those bytes
+    in the entry's size, and they are what tracemalloc sees them hold."""
+    import tracemalloc
+
+    from provider.core.caching import ExpiringCache
+    from provider.core.changes import Subject
+    from provider.mount.changes import Named, named
+
+    def name(i: int) -> str:
+        return f"secret/team-{i:05d}/" + "app/" * (i % 40)
+
+    kept: list[Named | None] = [None] * 5000  # the list itself before the count starts
+    tracemalloc.start()
+    try:
+        before = tracemalloc.take_snapshot()
+        for i in range(len(kept)):
+            kept[i] = named("vault", Subject.of("https://vault:8200", name(i)))
+        after = tracemalloc.take_snapshot()
+    finally:
+        tracemalloc.stop()
+    real = sum(d.size_diff for d in after.compare_to(before, "filename"))
+    counted = sum(n.size for n in kept if n is not None)
+    assert abs(real - counted) <= 0.05 * real, (real, counted)
+
+    cache: ExpiringCache[str] = ExpiringCache(size_of=len)
+    first = kept[0]
+    assert first is not None
+    cache.put("k", "value", 60, subject=first)
+    assert cache.usage("")[1] == len("value") + first.size
