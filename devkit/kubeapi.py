@@ -36,6 +36,7 @@ from __future__ import annotations
 import asyncio
 import base64
 import collections
+import contextlib
 import json
 import re
 import uuid
@@ -294,7 +295,8 @@ class KubeApi:
         if watcher.queue.qsize() and request.transport is not None:
             request.transport.close()  # broken on purpose: end without the last chunk
             return response
-        await response.write_eof()
+        with contextlib.suppress(ConnectionResetError):  # the client left as it ended
+            await response.write_eof()
         return response
 
     async def _live(
